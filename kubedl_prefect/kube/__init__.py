@@ -1,0 +1,1 @@
+"""The Kubernetes layer: client, shared watches, log streams, all on one process-wide loop."""

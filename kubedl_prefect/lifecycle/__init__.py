@@ -1,0 +1,1 @@
+"""The training lifecycle: submit or adopt, admission, monitoring, diagnosis, retry, cancel."""
