@@ -94,22 +94,20 @@ class Subscription:
     """The events an informer delivers to one subscriber, filtered.
 
     Iterate it (``async for event in subscription``) or call :meth:`next`. It first yields the
-    matching objects the informer already holds (as ``ADDED``), then each change.
+    matching objects the informer already holds (as ``ADDED``), then each change. Several
+    subscriptions may share one queue, so that one consumer sees changes of several kinds in the
+    order they arrived.
     """
 
     accepts: ObjectFilter
-    _queue: asyncio.Queue[WatchEvent | BaseException] = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[WatchEvent | BaseException] = field(default_factory=asyncio.Queue)
 
     def _deliver(self, item: WatchEvent | BaseException) -> None:
-        self._queue.put_nowait(item)
+        self.queue.put_nowait(item)
 
     async def next(self) -> WatchEvent:
         """The next event; raises the informer's error if it ended."""
-        item = await self._queue.get()
-        if isinstance(item, BaseException):
-            self._queue.put_nowait(item)  # later calls raise it again
-            raise item
-        return item
+        return await next_event(self.queue)
 
     def __aiter__(self) -> AsyncIterator[WatchEvent]:
         return self._iterate()
@@ -117,6 +115,18 @@ class Subscription:
     async def _iterate(self) -> AsyncIterator[WatchEvent]:
         while True:
             yield await self.next()
+
+
+EventQueue = asyncio.Queue[WatchEvent | BaseException]
+
+
+async def next_event(queue: EventQueue) -> WatchEvent:
+    """The next event of a (shared) subscription queue; raises an informer's error."""
+    item = await queue.get()
+    if isinstance(item, BaseException):
+        queue.put_nowait(item)  # later calls raise it again
+        raise item
+    return item
 
 
 class Informer:
@@ -165,9 +175,13 @@ class Informer:
         if self._failure is not None:
             raise self._failure
 
-    def subscribe(self, accepts: ObjectFilter) -> Subscription:
+    def select(self, accepts: ObjectFilter) -> list[KubeObject]:
+        """The objects held now that ``accepts`` selects."""
+        return [obj for obj in self.store.values() if accepts(obj)]
+
+    def subscribe(self, accepts: ObjectFilter, queue: EventQueue | None = None) -> Subscription:
         """Open a subscription; it starts with the matching objects held now."""
-        subscription = Subscription(accepts)
+        subscription = Subscription(accepts, queue if queue is not None else asyncio.Queue())
         if self._failure is not None:
             subscription._deliver(self._failure)
             return subscription
@@ -314,11 +328,12 @@ class WatchHub:
         kind: ResourceKind,
         namespace: str | None,
         accepts: ObjectFilter,
+        queue: EventQueue | None = None,
     ) -> AsyncIterator[Subscription]:
         """Subscribe to changes of the objects ``accepts`` selects, after the first list."""
         informer = self.informer(client, kind, namespace)
         await informer.wait_synced()
-        subscription = informer.subscribe(accepts)
+        subscription = informer.subscribe(accepts, queue)
         try:
             yield subscription
         finally:
