@@ -191,7 +191,25 @@ class CompletionTimeoutError(WaitTimeoutError):
 
 
 class JobFailedError(KubeDLPrefectError):
-    """The training job failed. ``retryable`` follows the diagnosed cause."""
+    """The training job failed. ``retryable`` follows the diagnosed cause.
+
+    Args:
+        diagnosis: The lifecycle's diagnosis of the failure (category, replica, exit code).
+        attempts: How many attempts were made before giving up.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        retryable: bool | None = None,
+        diagnosis: object | None = None,
+        attempts: int = 1,
+    ):
+        super().__init__(message, hint=hint, retryable=retryable)
+        self.diagnosis = diagnosis
+        self.attempts = attempts
 
 
 class JobCancelledError(KubeDLPrefectError):

@@ -47,14 +47,12 @@ class AdmissionState:
         return f"not admitted ({self.scheduled}/{self.expected} scheduled): {self.reason}"
 
 
+# Quota first: a quota message names the resource too, but the fix is the quota, not the nodes.
 _PATTERNS: tuple[tuple[re.Pattern[str], AdmissionBlocker], ...] = (
+    (re.compile(r"quota", re.I), AdmissionBlocker.QUOTA),
     (re.compile(r"nvidia\.com/gpu", re.I), AdmissionBlocker.INSUFFICIENT_GPU),
-    (
-        re.compile(r"unbound (immediate )?PersistentVolumeClaim|persistentvolumeclaim", re.I),
-        AdmissionBlocker.UNBOUND_PVC,
-    ),
-    (re.compile(r"untolerated taint|taint", re.I), AdmissionBlocker.UNTOLERATED_TAINT),
-    (re.compile(r"exceeded quota|quota", re.I), AdmissionBlocker.QUOTA),
+    (re.compile(r"PersistentVolumeClaim", re.I), AdmissionBlocker.UNBOUND_PVC),
+    (re.compile(r"taint", re.I), AdmissionBlocker.UNTOLERATED_TAINT),
     (
         re.compile(r"Insufficient|NotEnoughResources|not enough", re.I),
         AdmissionBlocker.INSUFFICIENT_RESOURCES,

@@ -221,6 +221,20 @@ def _exit_failure(pod: KubeObject) -> Diagnosis | None:
     return None
 
 
+def stuck_for_good(pods: Sequence[KubeObject]) -> Diagnosis | None:
+    """A permanent failure visible while the job still runs: a pod that cannot start at all.
+
+    The operators do not fail a job whose pod waits on an image that cannot be pulled or a
+    missing ConfigMap; it would wait for ever, holding its other replicas' GPUs. Such a job
+    is failed by us as soon as this finds one.
+    """
+    for pod in pods:
+        found = _config_error(pod)
+        if found is not None:
+            return found
+    return None
+
+
 def diagnose(
     job: KubeObject,
     *,
