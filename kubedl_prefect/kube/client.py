@@ -222,9 +222,15 @@ class KubeClient:
     async def create(
         self, kind: ResourceKind, namespace: str | None, body: KubeObject, *, dry_run: bool = False
     ) -> KubeObject:
-        """Create an object; with ``dry_run`` the server validates it (schema, admission) only."""
+        """Create an object; with ``dry_run`` the server validates it (schema, admission) only.
+
+        Unknown or duplicate fields are refused (``fieldValidation=Strict``) rather than pruned
+        silently, so a misplaced field in a raw pod template fails here, not later.
+        """
         name = body.get("metadata", {}).get("name", "")
-        query = {"dryRun": "All"} if dry_run else None
+        query: dict[str, str | int | bool] = {"fieldValidation": "Strict"}
+        if dry_run:
+            query["dryRun"] = "All"
         return await self._json(
             "POST", kind.path(namespace), f"create {kind}/{name}", query=query, body=body
         )

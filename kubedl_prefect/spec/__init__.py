@@ -1,0 +1,111 @@
+"""Training-job specs: the framework-neutral model, its validation, and rendering.
+
+Pure: no cluster access, no I/O beyond reading and writing YAML text.
+
+Example:
+    >>> from kubedl_prefect.spec import loads_spec, render
+    >>> spec = loads_spec('''
+    ... name: mnist
+    ... image: ghcr.io/example/mnist:1.0
+    ... replicas:
+    ...   master: 1
+    ...   worker: {count: 2, resources: {gpus: 1}}
+    ... ''')
+    >>> manifest = render(spec, "kubedl")
+    >>> manifest["kind"], sorted(manifest["spec"]["pytorchReplicaSpecs"])
+    ('PyTorchJob', ['Master', 'Worker'])
+"""
+
+from kubedl_prefect.spec.hashing import spec_hash
+from kubedl_prefect.spec.io import (
+    dump_manifests,
+    dump_spec,
+    dump_yaml,
+    load_spec,
+    loads_spec,
+    spec_to_data,
+)
+from kubedl_prefect.spec.model import (
+    Affinity,
+    Checkpoint,
+    ContainerSettings,
+    Elastic,
+    EmptyDir,
+    EnvValue,
+    Gang,
+    HostPath,
+    Network,
+    ResolvedRole,
+    Resources,
+    RoleSpec,
+    Toleration,
+    TrainingJobSpec,
+    Volume,
+)
+from kubedl_prefect.spec.naming import (
+    ATTEMPT_SUFFIX_MAX_LENGTH,
+    MAX_ATTEMPT,
+    job_name,
+    key_hash,
+    max_spec_name_length,
+)
+from kubedl_prefect.spec.renderers import Manifest, RenderOptions, render
+from kubedl_prefect.spec.types import (
+    CHECKPOINT_ENV,
+    GPU_RESOURCE,
+    CleanPodPolicy,
+    Dialect,
+    Framework,
+    ImagePullPolicy,
+    JobResource,
+    RestartPolicy,
+    Role,
+    job_resource,
+)
+from kubedl_prefect.spec.validation import as_dialect, parse_spec, validate
+
+__all__ = [
+    "ATTEMPT_SUFFIX_MAX_LENGTH",
+    "CHECKPOINT_ENV",
+    "GPU_RESOURCE",
+    "MAX_ATTEMPT",
+    "Affinity",
+    "Checkpoint",
+    "CleanPodPolicy",
+    "ContainerSettings",
+    "Dialect",
+    "Elastic",
+    "EmptyDir",
+    "EnvValue",
+    "Framework",
+    "Gang",
+    "HostPath",
+    "ImagePullPolicy",
+    "JobResource",
+    "Manifest",
+    "Network",
+    "RenderOptions",
+    "ResolvedRole",
+    "Resources",
+    "RestartPolicy",
+    "Role",
+    "RoleSpec",
+    "Toleration",
+    "TrainingJobSpec",
+    "Volume",
+    "as_dialect",
+    "dump_manifests",
+    "dump_spec",
+    "dump_yaml",
+    "job_name",
+    "job_resource",
+    "key_hash",
+    "load_spec",
+    "loads_spec",
+    "max_spec_name_length",
+    "parse_spec",
+    "render",
+    "spec_hash",
+    "spec_to_data",
+    "validate",
+]

@@ -1,0 +1,398 @@
+"""Cross-field and per-dialect checks of a training-job spec.
+
+Field-level rules (types, formats, ranges) live on the models; the rules here look at several
+fields at once (name length against the roles' suffixes, GPUs in requests against ``gpus``,
+checkpoint path against the mounts) or depend on the operator (a PyTorch ``Master`` for KubeDL).
+Each returns :class:`~kubedl_prefect.errors.SpecIssue` objects naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final
+
+from kubedl_prefect.errors import SpecIssue
+from kubedl_prefect.spec.naming import max_spec_name_length
+from kubedl_prefect.spec.quantity import parse_quantity
+from kubedl_prefect.spec.types import (
+    CHECKPOINT_ENV,
+    FRAMEWORKS,
+    GPU_RESOURCE,
+    NCCL_IFNAME_ENV,
+    Dialect,
+    Framework,
+    Role,
+)
+
+if TYPE_CHECKING:
+    from kubedl_prefect.spec.model import ResolvedRole, Resources, TrainingJobSpec
+
+CHECKPOINT_VOLUME = "kubedl-prefect-checkpoint"
+"""Name of the volume that mounts ``checkpoint.pvc``."""
+
+
+def spec_issues(spec: TrainingJobSpec) -> list[SpecIssue]:
+    """Every dialect-independent cross-field problem of ``spec`` (empty when it is valid)."""
+    issues = [*_role_issues(spec), *_name_issues(spec)]
+    for resolved in spec.resolved_roles():
+        issues += _container_issues(spec, resolved)
+    issues += [*_elastic_issues(spec), *_gang_issues(spec), *_framework_field_issues(spec)]
+    issues += [*_env_issues(spec), *_volume_issues(spec)]
+    return list(dict.fromkeys(issues))  # top-level settings shared by roles report once
+
+
+def dialect_issues(spec: TrainingJobSpec, dialect: Dialect) -> list[SpecIssue]:
+    """Problems that make ``spec`` unfit for the operator of ``dialect``."""
+    issues: list[SpecIssue] = []
+    if dialect is Dialect.KUBEDL:
+        if spec.framework is Framework.PYTORCH and Role.MASTER not in spec.replicas:
+            issues.append(
+                SpecIssue(
+                    "replicas.master",
+                    "KubeDL PyTorchJobs need a master replica: the workers' MASTER_ADDR points "
+                    "at it",
+                    "add `master: {count: 1}` under replicas, or render with --dialect kubeflow",
+                )
+            )
+        if spec.elastic is not None:
+            issues.append(
+                SpecIssue(
+                    "elastic",
+                    "KubeDL v0.5 has no elastic min/max replicas (its elastic mode is driven by "
+                    "an AIMaster)",
+                    "remove elastic, or render with --dialect kubeflow",
+                )
+            )
+        if spec.nproc_per_node is not None:
+            issues.append(
+                SpecIssue(
+                    "nprocPerNode",
+                    "KubeDL PyTorchJobs have no nprocPerNode",
+                    "remove nprocPerNode (start one process per GPU in your command), or render "
+                    "with --dialect kubeflow",
+                )
+            )
+    return issues
+
+
+def _role_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    info = FRAMEWORKS[spec.framework]
+    allowed = ", ".join(role.value for role in info.roles)
+    for role, role_spec in spec.replicas.items():
+        path = f"replicas.{role.value}"
+        if role not in info.roles:
+            yield SpecIssue(
+                path,
+                f"{role.value!r} is not a role of {spec.framework.value} jobs",
+                f"use one of: {allowed}",
+            )
+        elif role in info.single_replica_roles and role_spec.count != 1:
+            yield SpecIssue(
+                f"{path}.count",
+                f"the {role.value} role must have exactly 1 replica, not {role_spec.count}",
+                "set count: 1 (add replicas to the worker role instead)",
+            )
+    roles = set(spec.replicas)
+    if spec.framework is Framework.MPI:
+        for needed in (Role.LAUNCHER, Role.WORKER):
+            if needed not in roles:
+                yield SpecIssue(
+                    f"replicas.{needed.value}",
+                    f"MPI jobs need a {needed.value} role",
+                    f"add `{needed.value}: {{count: 1}}` under replicas",
+                )
+    elif spec.framework is Framework.XGBOOST:
+        if Role.MASTER not in roles:
+            yield SpecIssue(
+                "replicas.master",
+                "XGBoost jobs need a master role (the rabit tracker runs there)",
+                "add `master: {count: 1}` under replicas",
+            )
+    elif spec.framework is Framework.TENSORFLOW:
+        if {Role.CHIEF, Role.MASTER} <= roles:
+            yield SpecIssue(
+                "replicas",
+                "a TensorFlow job may have a chief or a master, not both",
+                "keep one of chief and master",
+            )
+        if not roles & {Role.CHIEF, Role.MASTER, Role.WORKER}:
+            yield SpecIssue(
+                "replicas",
+                "a TensorFlow job needs a chief, master or worker role to train",
+                "add `worker: {count: 1}` under replicas",
+            )
+    elif spec.framework is Framework.PYTORCH and not roles & {Role.MASTER, Role.WORKER}:
+        yield SpecIssue("replicas", "a PyTorch job needs a master or worker", "add master: 1")
+
+
+def _name_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    limit = max_spec_name_length(spec.replica_counts())
+    if len(spec.name) > limit:
+        yield SpecIssue(
+            "name",
+            f"the name is {len(spec.name)} characters; at most {limit} are allowed for this spec "
+            "(pod names add the attempt suffix '-xxxxxx-a99' and the longest role suffix, and "
+            "must fit 63 characters)",
+            f"shorten the name to {limit} characters or fewer",
+        )
+
+
+def _container_issues(spec: TrainingJobSpec, resolved: ResolvedRole) -> Iterator[SpecIssue]:
+    if resolved.role not in FRAMEWORKS[spec.framework].roles:
+        return
+    if resolved.image is None:
+        yield SpecIssue(
+            f"{resolved.path}.image",
+            f"no image for the {resolved.role.value} role",
+            "set `image` at the top level (for every role) or under this role",
+        )
+    if resolved.resources is not None:
+        yield from _resource_issues(resolved)
+
+
+def _resource_issues(resolved: ResolvedRole) -> Iterator[SpecIssue]:
+    resources = resolved.resources
+    assert resources is not None
+    path = resolved.resources_path
+    if GPU_RESOURCE in resources.limits:
+        yield SpecIssue(
+            f"{path}.limits",
+            f"{GPU_RESOURCE} is set in limits directly",
+            f"use `gpus: N` instead (it renders the {GPU_RESOURCE} limit)",
+        )
+    if GPU_RESOURCE in resources.requests:
+        requested = parse_quantity(resources.requests[GPU_RESOURCE])
+        if resources.gpus == 0:
+            yield SpecIssue(
+                f"{path}.requests",
+                f"GPUs are requested only in requests ({GPU_RESOURCE}: "
+                f"{resources.requests[GPU_RESOURCE]}); the scheduler reads GPUs from limits and "
+                "the API server rejects a request without an equal limit",
+                f"replace it with `gpus: {resources.requests[GPU_RESOURCE]}` under resources",
+            )
+        elif requested != resources.gpus:
+            yield SpecIssue(
+                f"{path}.requests",
+                f"requests {GPU_RESOURCE} ({resources.requests[GPU_RESOURCE]}) differs from "
+                f"gpus ({resources.gpus}); GPU requests must equal limits",
+                f"remove {GPU_RESOURCE} from requests (gpus is enough), or make it equal",
+            )
+    for name, shorthand in (("cpu", resources.cpu), ("memory", resources.memory)):
+        if shorthand is None:
+            continue
+        for part, values in (("requests", resources.requests), ("limits", resources.limits)):
+            if name in values:
+                yield SpecIssue(
+                    f"{path}.{part}",
+                    f"{name} is given both as `{name}` and in {part}",
+                    f"keep one: `{name}` sets request and limit, {part} sets only the {part[:-1]}",
+                )
+    for name in sorted(set(resources.requests) | set(resources.limits)):
+        if not _overcommittable(name):
+            yield from _non_overcommittable_issues(path, name, resources)
+    for name in sorted(set(resources.requests) & set(resources.limits)):
+        if parse_quantity(resources.requests[name]) > parse_quantity(resources.limits[name]):
+            yield SpecIssue(
+                f"{path}.requests",
+                f"request of {name} ({resources.requests[name]}) exceeds its limit "
+                f"({resources.limits[name]})",
+                "lower the request or raise the limit",
+            )
+
+
+_NATIVE: Final = frozenset({"cpu", "memory", "ephemeral-storage", "storage"})
+
+
+def _overcommittable(name: str) -> bool:
+    """Native resources other than hugepages; extended ones (``vendor.com/x``) are not."""
+    if name.startswith("hugepages-"):
+        return False
+    return name in _NATIVE or ("/" not in name and not name.startswith("requests."))
+
+
+def _non_overcommittable_issues(path: str, name: str, resources: Resources) -> Iterator[SpecIssue]:
+    if name == GPU_RESOURCE:
+        return  # handled above, with the gpus field
+    request, limit = resources.requests.get(name), resources.limits.get(name)
+    if limit is None:
+        yield SpecIssue(
+            f"{path}.requests",
+            f"{name} is requested without a limit; it cannot be overcommitted, so Kubernetes "
+            "needs the limit",
+            f"move {name} to limits (its request defaults to the limit)",
+        )
+    elif request is not None and parse_quantity(request) != parse_quantity(limit):
+        yield SpecIssue(
+            f"{path}.requests",
+            f"{name} request ({request}) differs from its limit ({limit}); it cannot be "
+            "overcommitted",
+            f"make them equal, or give {name} in limits only",
+        )
+    if not name.startswith("hugepages-"):
+        for part, values in (("requests", resources.requests), ("limits", resources.limits)):
+            if name in values and parse_quantity(values[name]) % 1 != 0:
+                yield SpecIssue(
+                    f"{path}.{part}",
+                    f"{name} is {values[name]}; extended resources come in whole units",
+                    "use a whole number",
+                )
+
+
+def _elastic_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    elastic = spec.elastic
+    if elastic is None:
+        return
+    if spec.framework is not Framework.PYTORCH:
+        yield SpecIssue(
+            "elastic",
+            f"elastic training is for PyTorch jobs, not {spec.framework.value}",
+            "remove elastic",
+        )
+        return
+    if elastic.min_replicas > elastic.max_replicas:
+        yield SpecIssue(
+            "elastic.minReplicas",
+            f"minReplicas ({elastic.min_replicas}) is greater than maxReplicas "
+            f"({elastic.max_replicas})",
+            "make minReplicas <= maxReplicas",
+        )
+    worker = spec.replicas.get(Role.WORKER)
+    if worker is None:
+        yield SpecIssue(
+            "replicas.worker",
+            "elastic training scales the worker role, and there is none",
+            "add `worker: {count: N}` with minReplicas <= N <= maxReplicas",
+        )
+    elif not elastic.min_replicas <= worker.count <= elastic.max_replicas:
+        yield SpecIssue(
+            "replicas.worker.count",
+            f"the initial worker count {worker.count} is outside elastic "
+            f"[{elastic.min_replicas}, {elastic.max_replicas}]",
+            "choose a worker count between elastic.minReplicas and elastic.maxReplicas",
+        )
+
+
+def _gang_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    if spec.gang is None or spec.gang.min_available is None:
+        return
+    total = sum(count for _, count in spec.replica_counts())
+    if spec.gang.min_available > total:
+        yield SpecIssue(
+            "gang.minAvailable",
+            f"minAvailable ({spec.gang.min_available}) exceeds the job's {total} replicas, so the "
+            "gang could never be admitted",
+            f"set minAvailable to {total} or less (or leave it out: all replicas)",
+        )
+
+
+def _framework_field_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    only = (
+        ("slotsPerWorker", spec.slots_per_worker, Framework.MPI),
+        ("successPolicy", spec.success_policy, Framework.TENSORFLOW),
+        ("nprocPerNode", spec.nproc_per_node, Framework.PYTORCH),
+    )
+    for field, value, framework in only:
+        if value is not None and spec.framework is not framework:
+            yield SpecIssue(
+                field,
+                f"{field} applies to {framework.value} jobs only, this is a "
+                f"{spec.framework.value} job",
+                f"remove {field}",
+            )
+    if spec.nproc_per_node is not None and not (
+        spec.nproc_per_node in {"auto", "cpu", "gpu"}
+        or (spec.nproc_per_node.isdigit() and int(spec.nproc_per_node) > 0)
+    ):
+        yield SpecIssue(
+            "nprocPerNode",
+            f"{spec.nproc_per_node!r} is not a process count",
+            "use auto, cpu, gpu or a positive number (as a string)",
+        )
+
+
+def _env_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    sources = [("env", spec.env or {})] + [
+        (f"replicas.{role.value}.env", role_spec.env or {})
+        for role, role_spec in spec.replicas.items()
+    ]
+    ifname = spec.network.nccl_socket_ifname if spec.network else None
+    for path, env in sources:
+        if CHECKPOINT_ENV in env:
+            yield SpecIssue(
+                f"{path}.{CHECKPOINT_ENV}",
+                f"{CHECKPOINT_ENV} is set by kubedl-prefect from checkpoint.location",
+                "remove it from env and set checkpoint.location",
+            )
+        if ifname is not None and NCCL_IFNAME_ENV in env:
+            yield SpecIssue(
+                f"{path}.{NCCL_IFNAME_ENV}",
+                f"{NCCL_IFNAME_ENV} is given both in env and as network.ncclSocketIfname",
+                "keep network.ncclSocketIfname and remove it from env",
+            )
+
+
+def _volume_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    names: dict[str, int] = {}
+    mounts: dict[str, str] = {}
+    for index, volume in enumerate(spec.volumes or []):
+        path = f"volumes[{index}]"
+        if volume.name in names:
+            yield SpecIssue(
+                f"{path}.name",
+                f"volume name {volume.name!r} is already used by volumes[{names[volume.name]}]",
+                "give each volume a unique name",
+            )
+        names.setdefault(volume.name, index)
+        if volume.name == CHECKPOINT_VOLUME and spec.checkpoint and spec.checkpoint.pvc:
+            yield SpecIssue(
+                f"{path}.name",
+                f"volume name {CHECKPOINT_VOLUME!r} is used for checkpoint.pvc",
+                "choose another volume name",
+            )
+        mount = posixpath.normpath(volume.mount_path)
+        if mount in mounts:
+            yield SpecIssue(
+                f"{path}.mountPath",
+                f"mount path {volume.mount_path!r} is already used by {mounts[mount]}",
+                "mount each volume at its own path",
+            )
+        mounts.setdefault(mount, path)
+    checkpoint = spec.checkpoint
+    if checkpoint is None:
+        return
+    if checkpoint.pvc is not None:
+        mount = posixpath.normpath(checkpoint.mount_path)
+        if mount in mounts:
+            yield SpecIssue(
+                "checkpoint.mountPath",
+                f"mount path {checkpoint.mount_path!r} is already used by {mounts[mount]}",
+                "choose another checkpoint.mountPath",
+            )
+        mounts.setdefault(mount, "checkpoint")
+    location = checkpoint.location
+    if "://" in location:
+        if checkpoint.pvc is not None:
+            yield SpecIssue(
+                "checkpoint.pvc",
+                f"checkpoint.location {location!r} is a URI, so the PVC would go unused",
+                "remove pvc, or make location a path under checkpoint.mountPath",
+            )
+        return
+    if not location.startswith("/"):
+        yield SpecIssue(
+            "checkpoint.location",
+            f"{location!r} is neither an absolute path nor a URI",
+            "use an absolute path on a mounted volume (e.g. /checkpoints/run) or a URI such as "
+            "s3://bucket/run",
+        )
+        return
+    target = posixpath.normpath(location)
+    if not any(target == m or target.startswith(m.rstrip("/") + "/") for m in mounts):
+        yield SpecIssue(
+            "checkpoint.location",
+            f"{location!r} is not on a mounted volume; the container's own filesystem is lost "
+            "when a pod is recreated, and the checkpoints with it",
+            "set checkpoint.pvc (mounted at checkpoint.mountPath) or put the location under one "
+            "of volumes[].mountPath",
+        )

@@ -1,0 +1,55 @@
+"""Rendering to KubeDL ``training.kubedl.io/v1alpha1`` (PyTorchJob, TFJob, MPIJob, XGBoostJob).
+
+Where KubeDL v0.5.0 expects things (read in its CRDs and Go types):
+
+- PyTorchJob, TFJob and XGBoostJob inline the run policy in ``spec`` (``cleanPodPolicy``,
+  ``backoffLimit``, ``schedulingPolicy``...); MPIJob nests it in ``spec.runPolicy`` (the inline
+  copies there are legacy fields its controller ignores).
+- The scheduling policy names the priority class ``priorityClassName``.
+- The XGBoost container must be named ``xgboostjob``.
+- Host networking is the job annotation ``kubedl.io/network-mode: host``: KubeDL then picks free
+  host ports and wires the services; the pod template carries ``hostNetwork`` as well.
+"""
+
+from __future__ import annotations
+
+from kubedl_prefect.spec.model import TrainingJobSpec
+from kubedl_prefect.spec.renderers.common import (
+    Manifest,
+    RenderOptions,
+    job_metadata,
+    replica_specs,
+    resolve_job_name,
+    run_policy,
+)
+from kubedl_prefect.spec.types import FRAMEWORKS, Dialect, Framework, job_resource
+
+NETWORK_MODE_ANNOTATION = "kubedl.io/network-mode"
+"""KubeDL's job annotation that switches its replicas to host networking."""
+
+
+def render_kubedl(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
+    """The KubeDL custom resource for ``spec`` (validated by the caller)."""
+    resource = job_resource(Dialect.KUBEDL, spec.framework)
+    info = FRAMEWORKS[spec.framework]
+    annotations = {}
+    if spec.network is not None and spec.network.host_network:
+        annotations[NETWORK_MODE_ANNOTATION] = "host"
+    body: Manifest = {}
+    policy = run_policy(spec, priority_field="priorityClassName")
+    if spec.framework is Framework.MPI:
+        body["runPolicy"] = policy
+        if spec.slots_per_worker is not None:
+            body["slotsPerWorker"] = spec.slots_per_worker
+        body["mainContainer"] = info.container_name(Dialect.KUBEDL)
+    else:
+        body.update(policy)
+    if spec.framework is Framework.TENSORFLOW and spec.success_policy is not None:
+        body["successPolicy"] = spec.success_policy
+    body[info.replica_specs_field] = replica_specs(spec, Dialect.KUBEDL, options)
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": job_metadata(resolve_job_name(spec, options), spec, options, annotations),
+        "spec": body,
+    }

@@ -1,0 +1,55 @@
+"""Rendering to the Kubeflow training operator ``kubeflow.org/v1`` (same four kinds).
+
+Where the Kubeflow training operator v1.9.3 expects things (read in its CRDs and Go types):
+
+- Every kind nests the run policy in ``spec.runPolicy``; its scheduling policy names the
+  priority class ``priorityClass``.
+- PyTorchJob has ``elasticPolicy`` (min/max replicas, rendezvous) and ``nprocPerNode``.
+- The XGBoost container must be named ``xgboost``.
+- MPIJob takes ``slotsPerWorker`` and ``mainContainer`` beside ``runPolicy``.
+"""
+
+from __future__ import annotations
+
+from kubedl_prefect.spec.model import TrainingJobSpec
+from kubedl_prefect.spec.renderers.common import (
+    Manifest,
+    RenderOptions,
+    job_metadata,
+    replica_specs,
+    resolve_job_name,
+    run_policy,
+)
+from kubedl_prefect.spec.types import FRAMEWORKS, Dialect, Framework, job_resource
+
+
+def render_kubeflow(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
+    """The Kubeflow custom resource for ``spec`` (validated by the caller)."""
+    resource = job_resource(Dialect.KUBEFLOW, spec.framework)
+    info = FRAMEWORKS[spec.framework]
+    body: Manifest = {"runPolicy": run_policy(spec, priority_field="priorityClass")}
+    if spec.framework is Framework.PYTORCH:
+        if spec.elastic is not None:
+            elastic: Manifest = {
+                "minReplicas": spec.elastic.min_replicas,
+                "maxReplicas": spec.elastic.max_replicas,
+                "rdzvBackend": spec.elastic.rdzv_backend,
+            }
+            if spec.elastic.max_restarts is not None:
+                elastic["maxRestarts"] = spec.elastic.max_restarts
+            body["elasticPolicy"] = elastic
+        if spec.nproc_per_node is not None:
+            body["nprocPerNode"] = spec.nproc_per_node
+    elif spec.framework is Framework.MPI:
+        if spec.slots_per_worker is not None:
+            body["slotsPerWorker"] = spec.slots_per_worker
+        body["mainContainer"] = info.container_name(Dialect.KUBEFLOW)
+    elif spec.framework is Framework.TENSORFLOW and spec.success_policy is not None:
+        body["successPolicy"] = spec.success_policy
+    body[info.replica_specs_field] = replica_specs(spec, Dialect.KUBEFLOW, options)
+    return {
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": job_metadata(resolve_job_name(spec, options), spec, options),
+        "spec": body,
+    }
