@@ -18,6 +18,7 @@ from typing import Annotated, TypeVar
 import typer
 
 from kubedl_prefect.errors import SpecError
+from kubedl_prefect.testbed.cli import app as testbed_app
 from kubedl_prefect.spec import (
     Dialect,
     RenderOptions,
@@ -180,6 +181,9 @@ def _run(action: Callable[[], _T]) -> _T:
     except SpecError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(ExitCode.INVALID_SPEC) from exc
+
+
+app.add_typer(testbed_app, name="testbed")
 
 
 def main() -> None:

@@ -171,7 +171,8 @@ def admission_state(
             if pending_groups
             else f"{len(live)}/{expected} pods created so far"
         )
-        return AdmissionState(False, AdmissionBlocker.NOT_CREATED, reason, scheduled, expected)
+        blocker = AdmissionBlocker.WAITING if pending_groups else AdmissionBlocker.NOT_CREATED
+        return AdmissionState(False, blocker, reason, scheduled, expected)
     return AdmissionState(
         False, AdmissionBlocker.WAITING, "waiting for the scheduler", scheduled, expected
     )

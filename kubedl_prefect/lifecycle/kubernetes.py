@@ -484,10 +484,18 @@ class KubernetesBackend:
         deadline = _Deadline(timeout_s)
         async with self._follow(ref, events=False) as (view, queue):
             while True:
-                left = view.job() + view.pods() + view.podgroups()
+                left = [
+                    f"{kind}/{obj['metadata']['name']}"
+                    for kind, objects in (
+                        (ref.kind, view.job()),
+                        ("Pod", view.pods()),
+                        ("PodGroup", view.podgroups()),
+                    )
+                    for obj in objects
+                ]
                 if not left:
                     return
-                names = ", ".join(f"{o['kind']}/{o['metadata']['name']}" for o in left[:5])
+                names = ", ".join(left[:5])
                 await deadline.wait(
                     queue,
                     WaitTimeoutError(
@@ -537,16 +545,18 @@ class _PhaseTracker:
     def __init__(self, callback: PhaseCallback | None):
         self.callback = callback
         self.history: list[PhaseUpdate] = []
-        self._last: tuple[Phase, Any] | None = None
+        self._last: tuple[Phase, str, Any] | None = None
 
     def observe(self, status: JobStatus, admission: AdmissionState) -> PhaseUpdate | None:
         phase = status.phase
         if phase in (Phase.CREATED, Phase.QUEUING):
             if admission.admitted:
                 phase = Phase.ADMITTED
-            elif admission.scheduled or (admission.expected and admission.reason):
+            elif admission.blocker not in (None, AdmissionBlocker.NOT_CREATED):
                 phase = Phase.QUEUING
-        key = (phase, tuple(sorted(status.replicas.items())))
+        # While queued, a new reason is news too: it is what the user waits on.
+        reason = admission.reason if phase == Phase.QUEUING else ""
+        key = (phase, reason, tuple(sorted(status.replicas.items())))
         if key == self._last:
             return None
         self._last = key

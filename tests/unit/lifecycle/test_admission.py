@@ -89,7 +89,7 @@ def test_failed_create_quota_event() -> None:
 def test_kubeflow_podgroup_waiting_to_be_enqueued() -> None:
     podgroup = {"metadata": {"name": "j"}, "status": {"phase": "Pending"}}
     state = admission_state(JOB, pods=[], podgroups=[podgroup])
-    assert state.blocker is AdmissionBlocker.NOT_CREATED
+    assert state.blocker is AdmissionBlocker.WAITING
     assert "PodGroup j" in state.reason
 
 

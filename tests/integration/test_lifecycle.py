@@ -1,0 +1,245 @@
+"""The lifecycle against the real test bed: real API server, operators, Volcano and kwok pods.
+
+Every test runs as the least-privilege ServiceAccount of deploy/rbac.yaml in a fresh namespace.
+Pod behaviour is driven by the test bed's kwok stages through pod annotations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubedl_prefect.errors import (
+    AdmissionTimeoutError,
+    AdoptionRefusedError,
+    JobFailedError,
+)
+from kubedl_prefect.kube.resources import PODS, VOLCANO_PODGROUPS, ResourceKind
+from kubedl_prefect.kube.runtime import KubeRuntime
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker
+from kubedl_prefect.lifecycle.backend import PhaseUpdate, SyncBackend, checkpoint_location
+from kubedl_prefect.lifecycle.diagnosis import FailureCategory
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
+from kubedl_prefect.lifecycle.status import Phase
+from kubedl_prefect.spec import CHECKPOINT_ENV, TrainingJobSpec, loads_spec
+
+pytestmark = pytest.mark.integration
+
+STAGE = "testbed.kubedl-prefect.io"
+RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
+
+
+def pytorch_spec(
+    name: str = "mnist",
+    *,
+    workers: int = 2,
+    gpus: int = 1,
+    worker_annotations: dict[str, str] | None = None,
+    image: str = "registry.example/mnist:1.0",
+    gang: bool = True,
+    worker_restart_policy: str = "OnFailure",
+    extra: str = "",
+) -> TrainingJobSpec:
+    template = f"    restartPolicy: {worker_restart_policy}\n"
+    if worker_annotations:
+        template += "    podTemplate:\n      metadata:\n        annotations:\n" + "".join(
+            f"          {k}: {v!r}\n" for k, v in worker_annotations.items()
+        )
+    return loads_spec(
+        f"""
+name: {name}
+framework: pytorch
+image: {image}
+command: [python, train.py]
+resources: {{gpus: {gpus}}}
+annotations: {{"{STAGE}/run-duration": "2s"}}
+checkpoint: {{location: "s3://checkpoints/team"}}
+{"gang: {scheduler: volcano}" if gang else ""}
+replicas:
+  master: 1
+  worker:
+    count: {workers}
+{template}{extra}
+"""
+    )
+
+
+@pytest.fixture
+def least_privilege_kubeconfig(
+    namespace: str, service_account_kubeconfig: Callable[..., Path]
+) -> Path:
+    """A kubeconfig of the ServiceAccount bound to the Role in deploy/rbac.yaml."""
+    documents = [d for d in yaml.safe_load_all(RBAC.read_text()) if d]
+    role = next(d for d in documents if d["kind"] == "Role")
+    return service_account_kubeconfig(namespace, role["rules"])
+
+
+@pytest.fixture
+async def backend(namespace: str, least_privilege_kubeconfig: Path) -> Any:
+    made = KubernetesBackend(
+        namespace=namespace, dialect="kubedl", kubeconfig=str(least_privilege_kubeconfig)
+    )
+    yield made
+    await made.close()
+
+
+async def list_objects(backend: KubernetesBackend, kind: ResourceKind) -> list[dict[str, Any]]:
+    """The objects of ``kind`` in the backend's namespace, read with the backend's own client."""
+
+    async def call() -> list[dict[str, Any]]:
+        client = await backend.client()
+        return (await client.list(kind, backend.namespace)).items
+
+    return await KubeRuntime.get().run(call())
+
+
+async def test_kubedl_job_runs_to_success_through_every_phase(backend: KubernetesBackend) -> None:
+    spec = pytorch_spec()
+    seen: list[PhaseUpdate] = []
+    ref = await backend.submit(spec, key="success", attempt=1)
+    outcome = await backend.wait_completed(ref, on_phase=seen.append)
+    assert outcome.succeeded, outcome
+    phases = [u.phase for u in seen]
+    assert phases[-1] is Phase.SUCCEEDED
+    assert Phase.RUNNING in phases
+    assert phases.index(Phase.RUNNING) < phases.index(Phase.SUCCEEDED)
+    assert all(a.observed_at <= b.observed_at for a, b in itertools.pairwise(seen))
+    assert outcome.diagnosis is None
+
+
+async def test_resubmitting_the_same_key_adopts_instead_of_duplicating(
+    backend: KubernetesBackend, namespace: str
+) -> None:
+    spec = pytorch_spec(worker_annotations={f"{STAGE}/run-duration": "30s"})
+    first = await backend.submit(spec, key="adopt", attempt=1)
+    again = await backend.submit(spec, key="adopt", attempt=1)
+    assert again.uid == first.uid
+    assert again.name == first.name
+
+    listing = await list_objects(
+        backend, ResourceKind.of({"apiVersion": first.api_version, "kind": first.kind})
+    )
+    assert [j["metadata"]["name"] for j in listing] == [first.name]
+
+    changed = pytorch_spec(workers=1, worker_annotations={f"{STAGE}/run-duration": "30s"})
+    with pytest.raises(AdoptionRefusedError, match="another spec"):
+        await backend.submit(changed, key="adopt", attempt=1)
+    await backend.cancel(first)
+
+
+async def test_too_many_gpus_times_out_with_the_reason_and_deletes_the_job(
+    backend: KubernetesBackend,
+) -> None:
+    spec = pytorch_spec(gpus=16)  # 3 replicas x 16 GPUs; the test bed has 2 nodes x 8
+    ref = await backend.submit(spec, key="too-big", attempt=1)
+    with pytest.raises(AdmissionTimeoutError) as caught:
+        await backend.wait_admitted(ref, timeout_s=20)
+    assert "nvidia.com/gpu" in (caught.value.last_reason or "")
+    assert caught.value.timeout_s == 20
+    remaining = await list_objects(backend, PODS)
+    assert [p for p in remaining if p["metadata"]["name"].startswith(ref.name)] == []
+    podgroups = await list_objects(backend, VOLCANO_PODGROUPS)
+    assert podgroups == []
+
+
+async def test_admission_reason_is_classified(backend: KubernetesBackend) -> None:
+    ref = await backend.submit(pytorch_spec(gpus=16), key="classified", attempt=1)
+    updates: list[PhaseUpdate] = []
+    with pytest.raises(AdmissionTimeoutError):
+        await backend.wait_admitted(ref, timeout_s=15, on_phase=updates.append)
+    reasons = [u.admission for u in updates if u.admission is not None]
+    assert {u.phase for u in updates} == {Phase.QUEUING}
+    assert reasons[-1].blocker is AdmissionBlocker.INSUFFICIENT_GPU, reasons
+
+
+async def test_image_pull_error_fails_at_once_with_that_reason(backend: KubernetesBackend) -> None:
+    spec = pytorch_spec(worker_annotations={f"{STAGE}/waiting-reason": "ErrImagePull"})
+    ref = await backend.submit(spec, key="bad-image", attempt=1)
+    outcome = await asyncio.wait_for(backend.wait_completed(ref), timeout=60)
+    assert not outcome.succeeded
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category is FailureCategory.IMAGE_PULL
+    assert not outcome.diagnosis.retryable
+    assert outcome.diagnosis.replica is not None
+    assert outcome.diagnosis.replica.startswith("worker-")
+
+
+async def test_cancel_leaves_no_pod_or_podgroup_and_is_idempotent(
+    backend: KubernetesBackend,
+) -> None:
+    spec = pytorch_spec(worker_annotations={f"{STAGE}/run-duration": "300s"})
+    ref = await backend.submit(spec, key="cancel", attempt=1)
+    await backend.wait_admitted(ref, timeout_s=60)
+    await backend.cancel(ref, timeout_s=60)
+    assert await list_objects(backend, PODS) == []
+    assert await list_objects(backend, VOLCANO_PODGROUPS) == []
+    await backend.cancel(ref, timeout_s=10)  # again: nothing to do, no error
+
+
+async def test_evicted_worker_resumes_as_next_attempt_with_same_checkpoint(
+    backend: KubernetesBackend,
+) -> None:
+    spec = pytorch_spec(
+        worker_annotations={f"{STAGE}/evict-on-attempt": "1"},
+        worker_restart_policy="Never",
+    )
+    attempts: list[Any] = []
+    outcome = await run_to_completion(
+        backend,
+        spec,
+        key="evicted",
+        retry=RetryPolicy(max_attempts=3, backoff_s=0.5),
+        on_attempt=attempts.append,
+    )
+    assert outcome.succeeded
+    assert [r.attempt for r in attempts] == [1, 2]
+    manifests = [backend.manifest(spec, key="evicted", attempt=n) for n in (1, 2)]
+    locations = {_env(m, CHECKPOINT_ENV) for m in manifests}
+    assert locations == {checkpoint_location(spec, "evicted")}
+    assert checkpoint_location(spec, "evicted") != checkpoint_location(spec, "other-key")
+
+
+async def test_user_code_failure_is_not_retried(backend: KubernetesBackend) -> None:
+    spec = pytorch_spec(
+        worker_annotations={f"{STAGE}/exit-code": "1", f"{STAGE}/fail-reason": "Error"},
+        worker_restart_policy="Never",
+    )
+    attempts: list[Any] = []
+    with pytest.raises(JobFailedError) as caught:
+        await run_to_completion(
+            backend,
+            spec,
+            key="user-bug",
+            retry=RetryPolicy(backoff_s=0.5),
+            on_attempt=attempts.append,
+        )
+    assert caught.value.attempts == 1
+    assert len(attempts) == 1
+    assert "UserCodeError" in str(caught.value)
+
+
+def test_sync_facade_runs_the_same_lifecycle(
+    namespace: str, least_privilege_kubeconfig: Path
+) -> None:
+    backend = SyncBackend(
+        KubernetesBackend(namespace=namespace, kubeconfig=str(least_privilege_kubeconfig))
+    )
+    ref = backend.submit(pytorch_spec(), key="sync")
+    outcome = backend.wait_completed(ref)
+    assert outcome.succeeded
+
+
+def _env(manifest: dict[str, Any], name: str) -> str:
+    for role in manifest["spec"]["pytorchReplicaSpecs"].values():
+        for container in role["template"]["spec"]["containers"]:
+            for entry in container.get("env", []):
+                if entry["name"] == name:
+                    return str(entry["value"])
+    raise AssertionError(f"{name} not set")
