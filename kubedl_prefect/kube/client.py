@@ -219,6 +219,16 @@ class KubeClient:
             response.release()
         return data
 
+    async def get_text(self, path: str) -> str:
+        """GET a non-resource path (``/metrics``, ``/readyz``) and return the body as text."""
+        response = await self._open("GET", path, f"get {path}")
+        try:
+            return await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise KubeConnectionError(f"get {path} failed while reading the answer: {exc}") from exc
+        finally:
+            response.release()
+
     async def create(
         self, kind: ResourceKind, namespace: str | None, body: KubeObject, *, dry_run: bool = False
     ) -> KubeObject:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,17 +21,19 @@ import yaml
 from kubedl_prefect.errors import (
     AdmissionTimeoutError,
     AdoptionRefusedError,
+    InvalidObjectError,
     JobFailedError,
 )
+from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import PODS, VOLCANO_PODGROUPS, ResourceKind
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker
 from kubedl_prefect.lifecycle.backend import PhaseUpdate, SyncBackend, checkpoint_location
 from kubedl_prefect.lifecycle.diagnosis import FailureCategory
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, shared_hub
 from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
 from kubedl_prefect.lifecycle.status import Phase
-from kubedl_prefect.spec import CHECKPOINT_ENV, TrainingJobSpec, loads_spec
+from kubedl_prefect.spec import CHECKPOINT_ENV, TrainingJobSpec, dump_spec, loads_spec
 
 pytestmark = pytest.mark.integration
 
@@ -243,3 +248,138 @@ def _env(manifest: dict[str, Any], name: str) -> str:
                 if entry["name"] == name:
                     return str(entry["value"])
     raise AssertionError(f"{name} not set")
+
+
+async def test_kubeflow_job_is_admitted_through_its_podgroup_and_succeeds(
+    namespace: str, least_privilege_kubeconfig: Path
+) -> None:
+    backend = KubernetesBackend(
+        namespace=namespace, dialect="kubeflow", kubeconfig=str(least_privilege_kubeconfig)
+    )
+    try:
+        seen: list[PhaseUpdate] = []
+        ref = await backend.submit(pytorch_spec(), key="kubeflow", attempt=1)
+        assert ref.api_version == "kubeflow.org/v1"
+        outcome = await backend.wait_completed(ref, on_phase=seen.append)
+        assert outcome.succeeded
+        assert [u.phase for u in seen][-1] is Phase.SUCCEEDED
+        assert Phase.ADMITTED in [u.phase for u in seen] or Phase.RUNNING in [u.phase for u in seen]
+    finally:
+        await backend.close()
+
+
+async def test_kubeflow_job_too_big_reports_the_podgroup_reason(
+    namespace: str, least_privilege_kubeconfig: Path
+) -> None:
+    backend = KubernetesBackend(
+        namespace=namespace, dialect="kubeflow", kubeconfig=str(least_privilege_kubeconfig)
+    )
+    try:
+        ref = await backend.submit(pytorch_spec(gpus=16), key="kubeflow-big", attempt=1)
+        with pytest.raises(AdmissionTimeoutError) as caught:
+            await backend.wait_admitted(ref, timeout_s=20)
+        assert caught.value.last_reason
+    finally:
+        await backend.close()
+
+
+async def test_active_deadline_fails_the_job_with_that_cause(backend: KubernetesBackend) -> None:
+    spec = pytorch_spec(
+        worker_annotations={f"{STAGE}/run-duration": "120s"}, extra="activeDeadlineSeconds: 3\n"
+    )
+    ref = await backend.submit(spec, key="deadline", attempt=1)
+    outcome = await asyncio.wait_for(backend.wait_completed(ref), timeout=60)
+    assert outcome.status.phase is Phase.FAILED
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category is FailureCategory.DEADLINE_EXCEEDED
+    assert not outcome.diagnosis.retryable
+
+
+async def test_dry_run_creates_nothing_and_strict_validation_refuses_unknown_fields(
+    backend: KubernetesBackend,
+) -> None:
+    kind = ResourceKind.of(backend.manifest(pytorch_spec(), key="dry", attempt=1))
+    ref = await backend.submit(pytorch_spec(), key="dry", attempt=1, dry_run=True)
+    assert ref.name.startswith("mnist-")
+    assert await list_objects(backend, kind) == []
+
+    bad = pytorch_spec(extra="podTemplate: {spec: {notAPodField: 1}}\n")
+    with pytest.raises(InvalidObjectError, match="notAPodField"):
+        await backend.submit(bad, key="dry", attempt=1)
+
+
+async def test_fifty_jobs_are_followed_through_one_watch_connection(
+    backend: KubernetesBackend, namespace: str, admin_kubeconfig: Path
+) -> None:
+    spec = pytorch_spec(workers=1, gpus=0, gang=False)
+    refs = await asyncio.gather(*(backend.submit(spec, key=f"many-{i}") for i in range(50)))
+    waits = asyncio.gather(*(backend.wait_completed(ref) for ref in refs))
+
+    async def watches_of_pytorchjobs_in_namespaces() -> int:
+        admin = await KubeClient.from_kubeconfig(str(admin_kubeconfig))
+        try:
+            metrics = await admin.get_text("/metrics")
+        finally:
+            await admin.close()
+        total = 0
+        for line in metrics.splitlines():
+            if (
+                line.startswith("apiserver_longrunning_requests{")
+                and 'resource="pytorchjobs"' in line
+                and 'scope="namespace"' in line
+                and 'verb="WATCH"' in line
+            ):
+                total += int(float(line.rsplit(" ", 1)[1]))
+        return total
+
+    await asyncio.sleep(1.0)  # all 50 waiters subscribed
+    open_watches = await KubeRuntime.get().run(watches_of_pytorchjobs_in_namespaces())
+    outcomes = await waits
+    assert all(o.succeeded for o in outcomes)
+    assert open_watches == 1
+
+    async def informer_watches() -> list[int]:
+        return [
+            informer.stats.lists
+            for informer in shared_hub().informers()
+            if informer.namespace == namespace and informer.kind.plural == "pytorchjobs"
+        ]
+
+    assert await KubeRuntime.get().run(informer_watches()) == [1]
+
+
+def test_restarted_waiter_adopts_its_job_instead_of_creating_another(
+    namespace: str, least_privilege_kubeconfig: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "waiter.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            from kubedl_prefect.lifecycle.backend import SyncBackend
+            from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, shared_hub
+            from kubedl_prefect.spec import load_spec
+
+            backend = SyncBackend(KubernetesBackend(
+                namespace={namespace!r}, kubeconfig={str(least_privilege_kubeconfig)!r}))
+            ref = backend.submit(load_spec(sys.argv[1]), key="crash-safe")
+            print("uid", ref.uid, flush=True)
+            outcome = backend.wait_completed(ref)
+            print("phase", outcome.status.phase, flush=True)
+            """
+        )
+    )
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(
+        dump_spec(pytorch_spec(worker_annotations={f"{STAGE}/run-duration": "8s"}))
+    )
+    command = [sys.executable, str(script), str(spec_file)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True) as first:
+        assert first.stdout is not None
+        uid_line = first.stdout.readline().split()
+        first.kill()  # the flow crashes while waiting
+    second = subprocess.run(command, capture_output=True, text=True, timeout=120, check=True)
+    lines = dict(line.split(" ", 1) for line in second.stdout.splitlines())
+    assert uid_line[0] == "uid"
+    assert lines["uid"] == uid_line[1]
+    assert lines["phase"] == "Succeeded"
