@@ -1,0 +1,22 @@
+"""The local Kubernetes test bed: a real control plane on loopback with simulated GPU nodes.
+
+``Testbed(name).up()`` returns an administrator kubeconfig; see :mod:`.testbed` and
+docs/testbed.md. Importing this package is cheap: the runner is loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kubedl_prefect.testbed.testbed import Testbed, TestbedStatus
+
+__all__ = ["Testbed", "TestbedStatus"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from kubedl_prefect.testbed import testbed
+
+        return getattr(testbed, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

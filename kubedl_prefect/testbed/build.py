@@ -1,0 +1,273 @@
+"""Build the test bed's Go binaries from our small wrapper modules, once per change of inputs.
+
+Each binary is one row of a table (:class:`GoBinary`): the wrapper module folder (with its committed
+``go.mod``/``go.sum``), the package to build, the binary name and its ``-ldflags``. A binary
+lands in ``cache_root()/bin/<name>-<hash>`` where the hash covers everything that can change the
+result (go.mod, go.sum, the module's own ``.go`` files for its own packages, the Go version,
+flags); it is rebuilt only when that hash changes. Builds are CPU- and memory-heavy (the API
+server takes minutes on two cores), so they run one at a time under a file lock that also keeps
+concurrent processes (CI, a second shell) from building the same binary twice.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+from kubedl_prefect.errors import TestbedError
+from kubedl_prefect.testbed.upstream import cache_root, go_binary, go_env
+
+#: Folder holding the wrapper modules shipped with the package (``go/<module>/go.mod``).
+GO_ROOT = Path(__file__).resolve().parent / "go"
+
+#: How many log lines a failed build shows in its error.
+_LOG_TAIL_LINES = 40
+
+
+@dataclass(frozen=True)
+class GoBinary:
+    """One binary the test bed builds.
+
+    Attributes:
+        name: File name of the binary (``kube-apiserver-etcd``); unique across the table.
+        module: Folder of the wrapper module holding ``go.mod`` (usually ``GO_ROOT / "kube"``).
+        package: Package to build, relative (``./cmd/x``) or a full import path from a dependency
+            listed in the module's ``tool`` block (``k8s.io/kubernetes/cmd/kube-scheduler``).
+        ldflags: Extra ``-ldflags`` items, e.g. ``-X`` version stamps (``-s -w`` are always added).
+        tags: Go build tags.
+        env: Extra environment variables for ``go build`` (``CGO_ENABLED``...).
+    """
+
+    name: str
+    module: Path
+    package: str
+    ldflags: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = field(default=())
+
+
+def kube_version_ldflags(
+    version: str, package: str = "k8s.io/component-base/version"
+) -> tuple[str, ...]:
+    """``-X`` flags stamping a Kubernetes-style version (``v1.34.4``) into ``package``.
+
+    Without them the binaries report ``v0.0.0-master`` and clients that compare versions complain.
+    """
+    major, minor = version.lstrip("v").split(".")[:2]
+    return (
+        f"-X {package}.gitVersion={version}",
+        f"-X {package}.gitMajor={major}",
+        f"-X {package}.gitMinor={minor}",
+        f"-X {package}.gitTreeState=clean",
+    )
+
+
+@cache
+def go_version() -> str:
+    """Version of the ``go`` command in PATH (``go1.26.8``)."""
+    proc = subprocess.run(
+        [go_binary(), "env", "GOVERSION"],
+        env=go_env(),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise TestbedError(f"`go env GOVERSION` failed: {proc.stderr.strip()}")
+    return proc.stdout.strip()
+
+
+def _go_minor(version: str) -> int:
+    try:
+        return int(version.removeprefix("go").split(".")[1])
+    except (IndexError, ValueError):
+        return 0
+
+
+def build_env(binary: GoBinary) -> dict[str, str]:
+    """The environment ``go build`` runs with for ``binary``."""
+    env = go_env()
+    env.update(dict(binary.env))
+    if _go_minor(go_version()) >= 27:
+        # Go 1.27 switches encoding/json to the v2 engine, with which kube-openapi serves broken
+        # OpenAPI documents; keep the old engine until the pinned Kubernetes copes with it.
+        experiments = [e for e in env.get("GOEXPERIMENT", "").split(",") if e]
+        if "nojsonv2" not in experiments:
+            env["GOEXPERIMENT"] = ",".join([*experiments, "nojsonv2"])
+    return env
+
+
+def inputs_hash(binary: GoBinary) -> str:
+    """Hash of everything that determines the built binary (12 hex digits)."""
+    digest = hashlib.sha256()
+    env = build_env(binary)
+    meta = {
+        "name": binary.name,
+        "package": binary.package,
+        "ldflags": binary.ldflags,
+        "tags": binary.tags,
+        "env": binary.env,
+        "go": go_version(),
+        "goexperiment": env.get("GOEXPERIMENT", ""),
+    }
+    digest.update(json.dumps(meta, sort_keys=True).encode())
+    for path in _module_inputs(binary.module, with_sources=binary.package.startswith(".")):
+        digest.update(path.relative_to(binary.module).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:12]
+
+
+def _module_inputs(module: Path, *, with_sources: bool) -> list[Path]:
+    # A package of the module itself (``./cmd/x``) depends on the module's own .go files; a
+    # package from a dependency (a ``tool``) only on go.mod/go.sum.
+    if not (module / "go.mod").is_file():
+        raise TestbedError(f"no go.mod in {module}")
+    files = [module / "go.mod"]
+    if (module / "go.sum").is_file():
+        files.append(module / "go.sum")
+    if with_sources:
+        files += sorted(p for p in module.rglob("*.go") if p.is_file())
+    return files
+
+
+def bin_dir() -> Path:
+    """Folder of the built binaries."""
+    return cache_root() / "bin"
+
+
+def binary_path(binary: GoBinary) -> Path:
+    """Where ``binary`` is (or will be) once built for the current inputs."""
+    return bin_dir() / f"{binary.name}-{inputs_hash(binary)}"
+
+
+def build_log_path(binary: GoBinary) -> Path:
+    """Log file of the latest build of ``binary``."""
+    return cache_root() / "logs" / f"build-{binary.name}.log"
+
+
+def is_built(binary: GoBinary) -> bool:
+    """Whether ``binary`` is built for its current inputs."""
+    return binary_path(binary).is_file()
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def build(
+    binary: GoBinary,
+    *,
+    parallelism: int = 2,
+    on_start: Callable[[GoBinary], None] | None = None,
+) -> Path:
+    """Build ``binary`` unless it is already built for its current inputs; return its path.
+
+    Args:
+        binary: The table row to build.
+        parallelism: ``go build -p``: how many packages compile at once.
+        on_start: Called before a real build starts (not when the binary is up to date), e.g. to
+            tell the user that a slow cold build is under way.
+
+    Raises:
+        TestbedError: Go is missing or the build failed (the message ends with the log's tail).
+    """
+    target = binary_path(binary)
+    if target.is_file():
+        return target
+    # One build at a time on this machine: each one takes both cores and up to ~2 GB to link.
+    with _locked(bin_dir() / ".build.lock"):
+        if target.is_file():  # built by another process while we waited
+            return target
+        if on_start is not None:
+            on_start(binary)
+        log_path = build_log_path(binary)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        command = [go_binary(), "build", "-p", str(parallelism), "-trimpath", "-o", str(partial)]
+        command += ["-ldflags", " ".join(("-s", "-w", *binary.ldflags))]
+        if binary.tags:
+            command += ["-tags", ",".join(binary.tags)]
+        command.append(binary.package)
+        started = time.monotonic()
+        with log_path.open("w") as log:
+            log.write(f"$ (cd {binary.module} && {' '.join(command)})\n")
+            log.flush()
+            proc = subprocess.run(
+                command,
+                cwd=binary.module,
+                env=build_env(binary),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                check=False,
+            )
+        elapsed = time.monotonic() - started
+        if proc.returncode != 0:
+            partial.unlink(missing_ok=True)
+            raise TestbedError(
+                f"building {binary.name} failed (exit {proc.returncode}); "
+                f"last lines of {log_path}:\n{_tail(log_path)}",
+                hint="fix the wrapper module's go.mod, or remove the Go caches under "
+                f"{cache_root() / 'go'} if they are corrupt",
+            )
+        os.replace(partial, target)
+        _record_build_time(binary, target, elapsed)
+        _remove_stale(binary, keep=target)
+        return target
+
+
+def build_all(
+    binaries: Sequence[GoBinary],
+    *,
+    on_start: Callable[[GoBinary], None] | None = None,
+) -> dict[str, Path]:
+    """Build every binary of the table, one after the other; return ``{name: path}``."""
+    names = [b.name for b in binaries]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise TestbedError(f"binary names must be unique, duplicated: {', '.join(duplicates)}")
+    return {b.name: build(b, on_start=on_start) for b in binaries}
+
+
+def build_times() -> dict[str, float]:
+    """Seconds the latest real build of each binary took, as recorded in the binaries folder."""
+    path = bin_dir() / "build-times.json"
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return {name: float(entry["seconds"]) for name, entry in data.items()}
+
+
+def _record_build_time(binary: GoBinary, target: Path, seconds: float) -> None:
+    path = bin_dir() / "build-times.json"
+    data = json.loads(path.read_text()) if path.is_file() else {}
+    data[binary.name] = {"seconds": round(seconds, 1), "binary": target.name}
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _remove_stale(binary: GoBinary, *, keep: Path) -> None:
+    for old in bin_dir().glob(f"{binary.name}-*"):
+        suffix = old.name[len(binary.name) + 1 :]
+        if old != keep and len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix):
+            old.unlink(missing_ok=True)
+
+
+def _tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
+    text = path.read_text(errors="replace").splitlines()
+    return "\n".join(text[-lines:])

@@ -1,0 +1,160 @@
+"""``kubedl-prefect testbed up|down|status|build``: the local test bed as a sandbox.
+
+``up`` prints progress on stderr and, as the last line on stdout, ``KUBECONFIG=<path>``, so
+``eval "$(kubedl-prefect testbed up)"`` points a shell at the sandbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from kubedl_prefect.errors import TestbedError
+from kubedl_prefect.testbed.build import build_times
+from kubedl_prefect.testbed.components import Ports
+from kubedl_prefect.testbed.testbed import Testbed, TestbedStatus
+
+app = typer.Typer(
+    name="testbed",
+    help="A local Kubernetes test bed: real control plane, simulated GPU nodes, operators.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+NameOption = Annotated[
+    str, typer.Option("--name", help="Name of the test bed (its state folder and identity).")
+]
+PortBaseOption = Annotated[
+    int | None,
+    typer.Option(
+        "--port-base",
+        help="First port on 127.0.0.1 (default 28400 or $KUBEDL_PREFECT_TESTBED_PORT_BASE).",
+        min=1024,
+        max=65400,
+    ),
+]
+
+
+def _testbed(
+    name: str,
+    port_base: int | None,
+    nodes: int | None = None,
+    gpus_per_node: int | None = None,
+    operators: bool = True,
+) -> Testbed:
+    ports = Ports(port_base) if port_base is not None else None
+    return Testbed(name, nodes=nodes, gpus_per_node=gpus_per_node, ports=ports, operators=operators)
+
+
+def _setup_logging(verbose: bool) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    package_logger = logging.getLogger("kubedl_prefect.testbed")
+    package_logger.handlers[:] = [handler]
+    package_logger.setLevel(logging.INFO if verbose else logging.WARNING)
+    package_logger.propagate = False
+
+
+def _fail(error: TestbedError) -> typer.Exit:
+    typer.echo(f"error: {error}", err=True)
+    return typer.Exit(1)
+
+
+@app.command()
+def up(
+    name: NameOption = "default",
+    nodes: Annotated[
+        int | None,
+        typer.Option("--nodes", min=1, help="Number of simulated GPU nodes (default 2)."),
+    ] = None,
+    gpus_per_node: Annotated[
+        int | None,
+        typer.Option("--gpus-per-node", min=0, help="nvidia.com/gpu per node (default 8)."),
+    ] = None,
+    port_base: PortBaseOption = None,
+    operators: Annotated[
+        bool, typer.Option(help="Also start Volcano, the KubeDL and the Kubeflow operators.")
+    ] = True,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
+) -> None:
+    """Build what is missing, start the test bed (or keep it running) and print its KUBECONFIG."""
+    _setup_logging(verbose=not quiet)
+    bed = _testbed(name, port_base, nodes, gpus_per_node, operators)
+    try:
+        kubeconfig = bed.up()
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"KUBECONFIG={kubeconfig}")
+
+
+@app.command()
+def build(
+    operators: Annotated[
+        bool, typer.Option(help="Also build Volcano, the KubeDL and the Kubeflow operators.")
+    ] = True,
+) -> None:
+    """Build every binary that is missing or out of date (as ``up`` would); list them."""
+    _setup_logging(verbose=True)
+    try:
+        built = Testbed(operators=operators).build()
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    seconds = build_times()
+    for name, path in built.items():
+        took = f"  (last build {seconds[name]:.0f}s)" if name in seconds else ""
+        typer.echo(f"{name}: {path}{took}")
+
+
+@app.command()
+def down(name: NameOption = "default", port_base: PortBaseOption = None) -> None:
+    """Stop the test bed and drop its cluster data (certificates and logs are kept)."""
+    _setup_logging(verbose=True)
+    bed = _testbed(name, port_base)
+    try:
+        bed.down()
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"test bed {name} is down")
+
+
+@app.command()
+def status(name: NameOption = "default", port_base: PortBaseOption = None) -> None:
+    """Show each component (pid, health, memory) and the kubeconfig; exit 1 unless all are up."""
+    bed = _testbed(name, port_base)
+    state = bed.status()
+    typer.echo(_format_status(state))
+    if not state.up:
+        raise typer.Exit(1)
+
+
+def _format_status(state: TestbedStatus) -> str:
+    if state.stopped:
+        summary = "stopped"
+    elif state.up:
+        summary = "up"
+    else:
+        summary = "degraded"
+    lines = [f"test bed {state.name}: {summary}"]
+    if state.up:
+        lines.append(f"  API server:  {state.api_url}")
+        lines.append(f"  nodes:       {state.nodes} x {state.gpus_per_node} nvidia.com/gpu")
+        lines.append(f"  memory:      {state.rss_bytes / 2**20:.0f} MiB resident")
+    lines.append(f"  {'COMPONENT':<26}{'PID':>8}  {'STATE':<10}{'RSS':>9}  LOG")
+    for c in state.components:
+        if not c.running:
+            health = "stopped"
+        elif c.healthy:
+            health = "healthy"
+        else:
+            health = "unhealthy"
+        pid = str(c.pid) if c.running and c.pid else "-"
+        rss = f"{c.rss_bytes / 2**20:.0f} MiB" if c.running else "-"
+        lines.append(f"  {c.name:<26}{pid:>8}  {health:<10}{rss:>9}  {c.log}")
+    if state.up:
+        lines.append(f"KUBECONFIG={state.kubeconfig}")
+    return "\n".join(lines)

@@ -1,0 +1,468 @@
+"""The test bed itself, through its real API server: components, nodes, kwok stages, CRDs, RBAC.
+
+Pods and InferenceServices are driven by the test bed's kwok stages through annotations
+(``testbed.kubedl-prefect.io/...``); the client is ``kubernetes_asyncio`` loaded from the
+kubeconfig the fixtures hand out, as a user of the sandbox would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config, watch
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from kubedl_prefect.testbed import content
+from kubedl_prefect.testbed.testbed import CONTROL_PLANE_AFTER_CRDS, Testbed
+
+pytestmark = pytest.mark.integration
+
+Obj = dict[str, Any]
+
+
+@asynccontextmanager
+async def connect(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
+    )
+    async with client.ApiClient(configuration=configuration) as api:
+        yield api
+
+
+async def wait_for(
+    list_call: Callable[..., Any],
+    *args: Any,
+    name: str,
+    predicate: Callable[[Any], bool],
+    timeout_s: float = 30.0,
+) -> Any:
+    """List, then watch from the list's resourceVersion, until the object satisfies predicate."""
+    last: Any = None
+    selector = f"metadata.name={name}"
+    try:
+        async with asyncio.timeout(timeout_s):
+            while True:
+                listed = await list_call(*args, field_selector=selector)
+                items = listed["items"] if isinstance(listed, dict) else listed.items
+                for item in items:
+                    last = item
+                    if predicate(item):
+                        return item
+                version = (
+                    listed["metadata"]["resourceVersion"]
+                    if isinstance(listed, dict)
+                    else listed.metadata.resource_version
+                )
+                async with watch.Watch() as stream:
+                    async for event in stream.stream(
+                        list_call,
+                        *args,
+                        field_selector=selector,
+                        resource_version=version,
+                        timeout_seconds=int(timeout_s) + 5,
+                    ):
+                        last = event["object"]
+                        if event["type"] != "DELETED" and predicate(last):
+                            return last
+    except TimeoutError:
+        pytest.fail(f"{name} did not reach the expected state in {timeout_s}s; last seen: {last}")
+
+
+def pod_manifest(
+    name: str,
+    *,
+    annotations: dict[str, str] | None = None,
+    restart_policy: str = "Never",
+    gpus: int = 0,
+) -> Obj:
+    resources = {"resources": {"limits": {content.GPU_RESOURCE: str(gpus)}}} if gpus else {}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "restartPolicy": restart_policy,
+            "containers": [{"name": "main", "image": "registry.example/app:1", **resources}],
+        },
+    }
+
+
+def phase_is(*phases: str) -> Callable[[Any], bool]:
+    return lambda pod: pod.status.phase in phases
+
+
+async def run_pod(
+    kubeconfig: Path, namespace: str, manifest: Obj, until: Callable[[Any], bool]
+) -> Any:
+    async with connect(kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        await core.create_namespaced_pod(namespace, manifest)
+        return await wait_for(
+            core.list_namespaced_pod, namespace, name=manifest["metadata"]["name"], predicate=until
+        )
+
+
+# -- the test bed ------------------------------------------------------------------------------
+
+
+def test_every_component_is_up_and_healthy(testbed: Testbed) -> None:
+    state = testbed.status()
+    assert state.up, state
+    names = [c.name for c in state.components]
+    assert names[: 1 + len(CONTROL_PLANE_AFTER_CRDS)] == [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ]
+    assert all(c.pid and c.running and c.healthy for c in state.components)
+    assert state.rss_bytes > 0
+
+
+def test_up_again_is_quick_and_keeps_the_processes(testbed: Testbed) -> None:
+    before = {c.name: c.pid for c in testbed.status().components}
+    started = time.monotonic()
+    kubeconfig = Testbed(testbed.name).up()
+    assert time.monotonic() - started < 10
+    assert kubeconfig == testbed.kubeconfig
+    assert {c.name: c.pid for c in testbed.status().components} == before
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """Local ``ip:port`` of the TCP sockets ``pid`` listens on (from /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink().as_posix()
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table in ("tcp", "tcp6"):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # 0A: LISTEN
+                address, port = local.split(":")
+                if table == "tcp":
+                    ip = ".".join(str(int(address[i - 2 : i], 16)) for i in (8, 6, 4, 2))
+                else:
+                    ip = "v6:" + address
+                found.add(f"{ip}:{int(port, 16)}")
+    return found
+
+
+def test_control_plane_listens_on_loopback_only(testbed: Testbed) -> None:
+    control_plane = {"kube-apiserver", *(c.name for c in CONTROL_PLANE_AFTER_CRDS)}
+    seen = {}
+    for component in testbed.status().components:
+        if component.name in control_plane:
+            assert component.pid is not None
+            seen[component.name] = _listening_addresses(component.pid)
+    assert all(seen.values()), seen  # each one listens somewhere
+    for name, addresses in seen.items():
+        assert all(a.startswith("127.0.0.1:") for a in addresses), (name, addresses)
+    ports = testbed.layout.ports
+    assert f"127.0.0.1:{ports.apiserver}" in seen["kube-apiserver"]
+    assert f"127.0.0.1:{ports.etcd_client}" in seen["kube-apiserver"]
+
+
+async def test_nodes_offer_gpus_and_are_ready(admin_kubeconfig: Path, testbed: Testbed) -> None:
+    async with connect(admin_kubeconfig) as api:
+        nodes = await client.CoreV1Api(api).list_node(label_selector=f"{content.NODE_LABEL}=true")
+    state = testbed.status()
+    assert len(nodes.items) == state.nodes >= 1
+    for node in nodes.items:
+        assert node.status.allocatable[content.GPU_RESOURCE] == str(state.gpus_per_node)
+        ready = [c for c in node.status.conditions if c.type == "Ready"]
+        assert ready
+        assert ready[0].status == "True"
+        assert not node.spec.taints
+
+
+async def test_admin_kubeconfig_talks_tls_to_loopback(admin_kubeconfig: Path) -> None:
+    async with connect(admin_kubeconfig) as api:
+        assert api.configuration.host.startswith("https://127.0.0.1:")
+        version = await client.VersionApi(api).get_code()
+        review = await client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+    assert version.git_version == "v1.34.4"
+    assert "system:masters" in review.status.user_info.groups
+
+
+# -- pods through the kwok stages --------------------------------------------------------------
+
+
+async def test_pod_with_run_duration_ends_succeeded(admin_kubeconfig: Path, namespace: str) -> None:
+    manifest = pod_manifest("ok", annotations={content.RUN_DURATION: "1s"}, gpus=1)
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, phase_is("Succeeded", "Failed"))
+    assert pod.status.phase == "Succeeded"
+    assert pod.spec.node_name.startswith(content.NODE_PREFIX)
+    assert pod.spec.containers[0].resources.limits == {content.GPU_RESOURCE: "1"}
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 0
+    assert terminated.reason == "Completed"
+
+
+async def test_pod_without_annotations_runs_a_few_seconds_then_succeeds(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    async with connect(admin_kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        await core.create_namespaced_pod(namespace, pod_manifest("plain"))
+        running = await wait_for(
+            core.list_namespaced_pod, namespace, name="plain", predicate=phase_is("Running")
+        )
+        done = await wait_for(
+            core.list_namespaced_pod,
+            namespace,
+            name="plain",
+            predicate=phase_is("Succeeded", "Failed"),
+        )
+    assert done.status.phase == "Succeeded"
+    started = running.status.container_statuses[0].state.running.started_at
+    finished = done.status.container_statuses[0].state.terminated.finished_at
+    assert 2 <= (finished - started).total_seconds() <= 10
+
+
+async def test_pod_with_exit_code_ends_failed_with_that_code_and_reason(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    annotations = {
+        content.RUN_DURATION: "1s",
+        content.EXIT_CODE: "3",
+        content.FAIL_REASON: "OOMKilled",
+    }
+    manifest = pod_manifest("crash", annotations=annotations)
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, phase_is("Succeeded", "Failed"))
+    assert pod.status.phase == "Failed"
+    terminated = pod.status.container_statuses[0].state.terminated
+    assert terminated.exit_code == 3
+    assert terminated.reason == "OOMKilled"
+
+
+async def test_failing_container_under_on_failure_restarts_in_place(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    annotations = {content.RUN_DURATION: "1s", content.EXIT_CODE: "1"}
+    manifest = pod_manifest("flaky", annotations=annotations, restart_policy="OnFailure")
+
+    def restarted(pod: Any) -> bool:
+        statuses = pod.status.container_statuses or []
+        return bool(statuses) and statuses[0].restart_count >= 1
+
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, restarted)
+    assert pod.status.phase == "Running"
+    status = pod.status.container_statuses[0]
+    assert status.last_state.terminated.exit_code == 1
+    assert status.state.running is not None
+
+
+async def test_pod_marked_for_eviction_is_evicted(admin_kubeconfig: Path, namespace: str) -> None:
+    annotations = {content.RUN_DURATION: "1s", content.EVICT: "true"}
+    manifest = pod_manifest("evictee", annotations=annotations)
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, phase_is("Succeeded", "Failed"))
+    assert pod.status.phase == "Failed"
+    assert pod.status.reason == "Evicted"
+    disruption = [c for c in pod.status.conditions if c.type == "DisruptionTarget"]
+    assert disruption
+    assert disruption[0].status == "True"
+
+
+async def test_pod_asking_more_gpus_than_any_node_has_stays_pending(
+    admin_kubeconfig: Path, namespace: str, testbed: Testbed
+) -> None:
+    too_many = testbed.status().gpus_per_node + 1
+    manifest = pod_manifest("greedy", gpus=too_many)
+
+    def unschedulable(pod: Any) -> bool:
+        return any(
+            c.type == "PodScheduled" and c.status == "False" and c.reason == "Unschedulable"
+            for c in pod.status.conditions or []
+        )
+
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, unschedulable)
+    condition = next(c for c in pod.status.conditions if c.type == "PodScheduled")
+    assert f"Insufficient {content.GPU_RESOURCE}" in condition.message
+    await asyncio.sleep(2)
+    async with connect(admin_kubeconfig) as api:
+        later = await client.CoreV1Api(api).read_namespaced_pod("greedy", namespace)
+    assert later.status.phase == "Pending"
+    assert later.spec.node_name is None
+
+
+# -- InferenceServices through the kwok stages -------------------------------------------------
+
+ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
+
+
+def isvc_manifest(name: str, annotations: dict[str, str] | None = None) -> Obj:
+    return {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "predictor": {
+                "model": {"modelFormat": {"name": "pytorch"}, "storageUri": "s3://models/mnist/1"}
+            }
+        },
+    }
+
+
+def condition(obj: Obj, kind: str) -> str | None:
+    for entry in obj.get("status", {}).get("conditions", []):
+        if entry["type"] == kind:
+            return str(entry["status"])
+    return None
+
+
+async def test_inference_service_becomes_ready(admin_kubeconfig: Path, namespace: str) -> None:
+    group, version, plural = ISVC
+    async with connect(admin_kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+        await custom.create_namespaced_custom_object(
+            group, version, namespace, plural, isvc_manifest("mnist")
+        )
+        ready = await wait_for(
+            custom.list_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name="mnist",
+            predicate=lambda o: condition(o, "Ready") == "True",
+        )
+    for kind in ("PredictorReady", "IngressReady"):
+        assert condition(ready, kind) == "True"
+    assert ready["status"]["url"] == f"http://mnist-{namespace}.example.com"
+    assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
+    assert ready["status"]["components"]["predictor"]["latestReadyRevision"]
+
+
+async def test_never_ready_inference_service_stays_not_ready(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    group, version, plural = ISVC
+    manifest = isvc_manifest("broken", {content.NEVER_READY: "true"})
+    async with connect(admin_kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+        await custom.create_namespaced_custom_object(group, version, namespace, plural, manifest)
+        await wait_for(
+            custom.list_namespaced_custom_object,
+            group,
+            version,
+            namespace,
+            plural,
+            name="broken",
+            predicate=lambda o: condition(o, "Ready") == "False",
+        )
+        await asyncio.sleep(3)  # longer than the ready stage's delay
+        later = await custom.get_namespaced_custom_object(
+            group, version, namespace, plural, "broken"
+        )
+    assert condition(later, "Ready") == "False"
+    assert condition(later, "PredictorReady") == "False"
+    assert "url" not in later["status"]
+
+
+# -- CRD schemas and RBAC ----------------------------------------------------------------------
+
+INVALID_OBJECTS = [
+    pytest.param(
+        ("training.kubedl.io", "v1alpha1", "pytorchjobs"),
+        {
+            "apiVersion": "training.kubedl.io/v1alpha1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "bad"},
+            "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": "one", "template": {}}}},
+        },
+        "replicas",
+        id="kubedl-pytorchjob",
+    ),
+    pytest.param(
+        ("kubeflow.org", "v1", "pytorchjobs"),
+        {
+            "apiVersion": "kubeflow.org/v1",
+            "kind": "PyTorchJob",
+            "metadata": {"name": "bad"},
+            "spec": {"runPolicy": {"backoffLimit": 1}},
+        },
+        "pytorchReplicaSpecs",
+        id="kubeflow-pytorchjob-missing-required",
+    ),
+    pytest.param(
+        ("scheduling.volcano.sh", "v1beta1", "podgroups"),
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "bad"},
+            "spec": {"minMember": "all"},
+        },
+        "minMember",
+        id="volcano-podgroup",
+    ),
+    pytest.param(
+        ISVC,
+        {
+            "apiVersion": "serving.kserve.io/v1beta1",
+            "kind": "InferenceService",
+            "metadata": {"name": "bad"},
+            "spec": {"predictor": {"minReplicas": "lots"}},
+        },
+        "minReplicas",
+        id="kserve-inferenceservice",
+    ),
+]
+
+
+@pytest.mark.parametrize(("resource", "manifest", "field"), INVALID_OBJECTS)
+async def test_object_violating_its_crd_schema_is_rejected_with_422(
+    admin_kubeconfig: Path,
+    namespace: str,
+    resource: tuple[str, str, str],
+    manifest: Obj,
+    field: str,
+) -> None:
+    group, version, plural = resource
+    async with connect(admin_kubeconfig) as api:
+        custom = client.CustomObjectsApi(api)
+        with pytest.raises(ApiException) as caught:
+            await custom.create_namespaced_custom_object(
+                group, version, namespace, plural, manifest
+            )
+    assert caught.value.status == 422
+    body = caught.value.body
+    text = body.decode() if isinstance(body, bytes) else str(body)
+    assert field in text
+
+
+async def test_service_account_kubeconfig_is_limited_to_its_role(
+    namespace: str,
+    service_account_kubeconfig: Callable[..., Path],
+    admin_kubeconfig: Path,
+) -> None:
+    rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]
+    kubeconfig = service_account_kubeconfig(namespace, rules, "reader")
+    async with connect(kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        listed = await core.list_namespaced_pod(namespace)
+        assert listed.items == []
+        with pytest.raises(ApiException) as create:
+            await core.create_namespaced_pod(namespace, pod_manifest("nope"))
+        with pytest.raises(ApiException) as elsewhere:
+            await core.list_namespaced_pod("default")
+        review = await client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+    assert create.value.status == 403
+    assert elsewhere.value.status == 403
+    assert review.status.user_info.username == f"system:serviceaccount:{namespace}:reader"

@@ -1,0 +1,110 @@
+"""Building binaries from wrapper modules: cached by input hash, rebuilt on change, loud failure."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kubedl_prefect.errors import TestbedError
+from kubedl_prefect.testbed import build
+from kubedl_prefect.testbed.build import GoBinary
+
+
+def _module(root: Path, body: str = "func main() {}\n") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "go.mod").write_text("module example.local/hello\n\ngo 1.24\n")
+    (root / "main.go").write_text(f"package main\n\n{body}")
+    return root
+
+
+def test_kube_version_ldflags_stamp_the_version() -> None:
+    flags = build.kube_version_ldflags("v1.34.4")
+    assert "-X k8s.io/component-base/version.gitVersion=v1.34.4" in flags
+    assert "-X k8s.io/component-base/version.gitMajor=1" in flags
+    assert "-X k8s.io/component-base/version.gitMinor=34" in flags
+
+
+def test_hash_follows_every_input(cache: Path, tmp_path: Path) -> None:
+    module = _module(tmp_path / "m")
+    binary = GoBinary("hello", module, ".")
+    first = build.inputs_hash(binary)
+    assert build.inputs_hash(binary) == first
+    assert build.inputs_hash(GoBinary("hello", module, ".", ldflags=("-X a.b=c",))) != first
+    (module / "main.go").write_text("package main\n\nfunc main() { println() }\n")
+    assert build.inputs_hash(binary) != first
+    assert build.binary_path(binary).parent == cache / "bin"
+    assert build.binary_path(binary).name == f"hello-{build.inputs_hash(binary)}"
+
+
+def test_tool_from_a_dependency_ignores_the_module_sources(cache: Path, tmp_path: Path) -> None:
+    module = _module(tmp_path / "m")
+    tool = GoBinary("tool", module, "example.org/some/cmd/tool")
+    before = build.inputs_hash(tool)
+    (module / "main.go").write_text("package main\n\nfunc main() { println() }\n")
+    assert build.inputs_hash(tool) == before
+    (module / "go.mod").write_text("module example.local/hello\n\ngo 1.25\n")
+    assert build.inputs_hash(tool) != before
+
+
+def test_builds_once_then_reuses_and_replaces_stale(cache: Path, tmp_path: Path) -> None:
+    module = _module(tmp_path / "m")
+    binary = GoBinary("hello", module, ".")
+    started: list[str] = []
+    path = build.build(binary, on_start=lambda b: started.append(b.name))
+    assert started == ["hello"]
+    assert subprocess.run([path], check=False).returncode == 0
+    mtime = path.stat().st_mtime_ns
+
+    assert build.build(binary, on_start=lambda b: started.append(b.name)) == path
+    assert started == ["hello"]  # no second build
+    assert path.stat().st_mtime_ns == mtime
+    assert build.is_built(binary)
+    assert "hello" in build.build_times()
+
+    _module(module, "func main() { println() }\n")
+    newer = build.build(binary)
+    assert newer != path
+    assert newer.is_file()
+    assert not path.exists()  # the stale build is removed
+
+
+def test_failed_build_raises_with_the_log_tail(cache: Path, tmp_path: Path) -> None:
+    module = _module(tmp_path / "m", "func main() { undefinedThing() }\n")
+    binary = GoBinary("broken", module, ".")
+    with pytest.raises(TestbedError) as caught:
+        build.build(binary)
+    assert "undefinedThing" in str(caught.value)
+    assert build.build_log_path(binary).is_file()
+    assert not build.is_built(binary)
+
+
+def test_duplicate_names_are_refused(cache: Path, tmp_path: Path) -> None:
+    module = _module(tmp_path / "m")
+    with pytest.raises(TestbedError, match="duplicated: x"):
+        build.build_all([GoBinary("x", module, "."), GoBinary("x", module, "./y")])
+
+
+def test_missing_go_mod_is_reported(cache: Path, tmp_path: Path) -> None:
+    with pytest.raises(TestbedError, match=r"no go\.mod"):
+        build.inputs_hash(GoBinary("x", tmp_path, "."))
+
+
+def test_go_1_27_keeps_the_json_v1_engine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    binary = GoBinary("x", _module(tmp_path / "m"), ".")
+    monkeypatch.setattr(build, "go_version", lambda: "go1.27.1")
+    monkeypatch.setenv("GOEXPERIMENT", "greenteagc")
+    assert build.build_env(binary)["GOEXPERIMENT"] == "greenteagc,nojsonv2"
+    monkeypatch.setattr(build, "go_version", lambda: "go1.26.8")
+    assert build.build_env(binary)["GOEXPERIMENT"] == "greenteagc"
+
+
+def test_the_shipped_wrapper_modules_are_complete() -> None:
+    from kubedl_prefect.testbed.testbed import CONTROL_PLANE_BINARIES
+
+    for binary in CONTROL_PLANE_BINARIES:
+        go_mod = (binary.module / "go.mod").read_text()
+        assert (binary.module / "go.sum").is_file(), binary.module
+        if not binary.package.startswith("."):
+            assert binary.package in go_mod, f"{binary.package} missing from the tool block"
