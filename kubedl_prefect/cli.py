@@ -18,7 +18,6 @@ from typing import Annotated, TypeVar
 import typer
 
 from kubedl_prefect.errors import SpecError
-from kubedl_prefect.testbed.cli import app as testbed_app
 from kubedl_prefect.spec import (
     Dialect,
     RenderOptions,
@@ -29,6 +28,7 @@ from kubedl_prefect.spec import (
     render,
     validate,
 )
+from kubedl_prefect.testbed.cli import app as testbed_app
 
 _T = TypeVar("_T")
 

@@ -229,6 +229,22 @@ class KubeClient:
         finally:
             response.release()
 
+    async def read_log(
+        self, namespace: str, pod: str, container: str, *, tail_lines: int = 50
+    ) -> list[str]:
+        """The last ``tail_lines`` lines of a container's log (current or last instance)."""
+        query: dict[str, str | int | bool] = {"container": container, "tailLines": tail_lines}
+        path = ResourceKind("", "v1", "Pod", "pods").path(namespace, pod, "log")
+        response = await self._open("GET", path, f"read log of pod {namespace}/{pod}", query=query)
+        try:
+            return (await response.text()).splitlines()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise KubeConnectionError(
+                f"reading log of pod {namespace}/{pod} failed: {exc}"
+            ) from exc
+        finally:
+            response.release()
+
     async def create(
         self, kind: ResourceKind, namespace: str | None, body: KubeObject, *, dry_run: bool = False
     ) -> KubeObject:

@@ -31,6 +31,7 @@ from kubedl_prefect.errors import (
     ConflictError,
     JobCancelledError,
     JobFailedError,
+    KubeAPIError,
     StartupTimeoutError,
     WaitTimeoutError,
 )
@@ -389,7 +390,13 @@ class KubernetesBackend:
                 if status.phase.terminal:
                     diagnosis = None
                     if status.phase == Phase.FAILED:
-                        diagnosis = diagnose(job, pods=view.pods(), events=view.events())
+                        pods = view.pods()
+                        diagnosis = diagnose(
+                            job,
+                            pods=pods,
+                            events=view.events(),
+                            log_tails=await self._failed_log_tails(pods),
+                        )
                     return JobOutcome(ref, status, diagnosis, tuple(tracker.history))
                 stuck = stuck_for_good(view.pods())
                 if stuck is not None:
@@ -411,6 +418,28 @@ class KubernetesBackend:
                 if stage == "startup" and status.phase in (Phase.RUNNING, Phase.RESTARTING):
                     stage, deadline = "completion", _Deadline(timeouts.completion_s)
                 await deadline.wait(queue, _timeout(ref, stage, timeouts, status, admission))
+
+    async def _failed_log_tails(
+        self, pods: list[KubeObject], *, limit: int = 8
+    ) -> dict[str, list[str]]:
+        """Last log lines of replicas whose containers exited with an error (best effort).
+
+        They let the diagnosis see causes only logs tell (an NCCL timeout). A log that cannot be
+        read (the node is gone, RBAC) is left out rather than failing the wait.
+        """
+        client = await self._get_client()
+        tails: dict[str, list[str]] = {}
+        failed = [p for p in pods if _has_failed_container(p)][:limit]
+        for pod in failed:
+            for container in (pod.get("spec") or {}).get("containers") or []:
+                try:
+                    lines = await client.read_log(
+                        pod["metadata"]["namespace"], pod["metadata"]["name"], container["name"]
+                    )
+                except KubeAPIError:
+                    continue
+                tails.setdefault(replica_name(pod), []).extend(lines)
+        return tails
 
     def _failed(self, view: _JobView, job: KubeObject, status: JobStatus) -> JobFailedError:
         diagnosis = diagnose(job, pods=view.pods(), events=view.events())
@@ -592,6 +621,14 @@ class _Deadline:
                 await next_event(queue)
         except TimeoutError:
             raise error from None
+
+
+def _has_failed_container(pod: KubeObject) -> bool:
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        for state in (status.get("state") or {}, status.get("lastState") or {}):
+            if int((state.get("terminated") or {}).get("exitCode") or 0) != 0:
+                return True
+    return False
 
 
 def _job_kind(ref: JobRef) -> ResourceKind:
