@@ -62,7 +62,7 @@ _HINTS: dict[FailureCategory, str] = {
     FailureCategory.KILLED: "the container was stopped from outside (SIGKILL/SIGTERM); the job "
     "resumes from its checkpoint",
     FailureCategory.NCCL_TIMEOUT: "a collective operation timed out; check NCCL_SOCKET_IFNAME "
-    "(spec field nccl.socketInterface) and the network between nodes",
+    "(spec field network.ncclSocketIfname) and the network between nodes",
     FailureCategory.IMAGE_PULL: "check the image name and tag, and the registry credentials "
     "(imagePullSecrets)",
     FailureCategory.INVALID_IMAGE: "fix the image reference in the spec",
