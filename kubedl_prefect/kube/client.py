@@ -34,7 +34,7 @@ from kubedl_prefect.errors import (
     NotFoundError,
     ServerError,
 )
-from kubedl_prefect.kube.resources import KubeObject, ResourceKind
+from kubedl_prefect.kube.resources import PODS, KubeObject, ResourceKind
 
 PatchType = Literal["merge", "strategic", "json"]
 PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
@@ -219,31 +219,27 @@ class KubeClient:
             response.release()
         return data
 
-    async def get_text(self, path: str) -> str:
-        """GET a non-resource path (``/metrics``, ``/readyz``) and return the body as text."""
-        response = await self._open("GET", path, f"get {path}")
+    async def _text(self, path: str, action: str, **kwargs: Any) -> str:
+        response = await self._open("GET", path, action, **kwargs)
         try:
             return await response.text()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeConnectionError(f"get {path} failed while reading the answer: {exc}") from exc
+            raise KubeConnectionError(f"{action} failed while reading the answer: {exc}") from exc
         finally:
             response.release()
+
+    async def get_text(self, path: str) -> str:
+        """GET a non-resource path (``/metrics``, ``/readyz``) and return the body as text."""
+        return await self._text(path, f"get {path}")
 
     async def read_log(
         self, namespace: str, pod: str, container: str, *, tail_lines: int = 50
     ) -> list[str]:
         """The last ``tail_lines`` lines of a container's log (current or last instance)."""
         query: dict[str, str | int | bool] = {"container": container, "tailLines": tail_lines}
-        path = ResourceKind("", "v1", "Pod", "pods").path(namespace, pod, "log")
-        response = await self._open("GET", path, f"read log of pod {namespace}/{pod}", query=query)
-        try:
-            return (await response.text()).splitlines()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise KubeConnectionError(
-                f"reading log of pod {namespace}/{pod} failed: {exc}"
-            ) from exc
-        finally:
-            response.release()
+        path = PODS.path(namespace, pod, "log")
+        text = await self._text(path, f"read log of pod {namespace}/{pod}", query=query)
+        return text.splitlines()
 
     async def create(
         self, kind: ResourceKind, namespace: str | None, body: KubeObject, *, dry_run: bool = False
@@ -386,7 +382,7 @@ class KubeClient:
         if since_time:
             query["sinceTime"] = since_time
         action = f"follow log of pod {namespace}/{pod} container {container}"
-        path = ResourceKind("", "v1", "Pod", "pods").path(namespace, pod, "log")
+        path = PODS.path(namespace, pod, "log")
         response = await self._open(
             "GET", path, action, query=query, read_timeout_s=inactivity_timeout_s
         )
