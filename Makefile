@@ -12,8 +12,8 @@ test: install
 
 # Finer-grained targets for development.
 lint: install
-	uv run ruff check kubedl_prefect tests flows bench
-	uv run ruff format --check kubedl_prefect tests flows bench
+	uv run ruff check kubedl_prefect tests bench
+	uv run ruff format --check kubedl_prefect tests bench
 	uv run mypy
 	uv run lint-imports
 
