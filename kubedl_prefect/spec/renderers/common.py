@@ -229,7 +229,11 @@ def _resources(resolved: ResolvedRole) -> Manifest:
     limits.update(resources.limits)
     requests.update(resources.requests)
     if resources.gpus:
+        # GPUs go in limits (what the scheduler reads) and, equal, in requests: the operators size
+        # the gang's PodGroup (minResources) from the template's requests, before the API server
+        # would default them from limits, so without it Volcano would not count the GPUs.
         limits[GPU_RESOURCE] = resources.gpus
+        requests[GPU_RESOURCE] = resources.gpus
     rendered: Manifest = {}
     if limits:
         rendered["limits"] = limits

@@ -121,12 +121,13 @@ def test_replica_types_restart_policies_and_order() -> None:
     assert render(spec, "kubedl")["spec"]["successPolicy"] == "AllWorkers"
 
 
-def test_gpus_render_as_limits_only() -> None:
+def test_gpus_render_as_limits_with_equal_requests() -> None:
+    # Equal requests let the operators count the GPUs in the gang's PodGroup minResources.
     spec = parse_spec(minimal(resources={"cpu": "500m", "memory": "1Gi", "gpus": 2}))
     container = pod(render(spec, "kubedl"), "pytorchReplicaSpecs", "Worker")["containers"][0]
     assert container["resources"] == {
         "limits": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 2},
-        "requests": {"cpu": "500m", "memory": "1Gi"},
+        "requests": {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": 2},
     }
 
 
