@@ -4,15 +4,16 @@ Three processes run next to the control plane, each built from a wrapper module 
 ``go/`` (one per Kubernetes-library pin; see docs/operators.md for versions and findings):
 
 - the **Volcano scheduler** (``vc-scheduler``), scheduler name ``volcano``, with a scheduler
-  configuration of ours (:func:`volcano_scheduler_conf`); it creates its ``default`` queue itself;
+  configuration of ours (:func:`volcano_scheduler_conf`);
 - the **KubeDL manager** (``kubedl-manager``, Kubernetes 1.22 libraries), limited to the training
   workloads we use, gang scheduling through Volcano with one PodGroup per job;
 - the **Kubeflow training operator** (``training-operator``, ``kubeflow.org/v1``), also gang
   scheduled through Volcano.
 
 Besides its command line, each operator needs objects in the cluster before it starts (its RBAC,
-and for the Kubeflow operator the Secret its webhook-certificate rotator fills):
-:func:`operator_manifests` lists them, to be applied after the CRDs. Files an operator reads (the
+Volcano's queues in the ``Open`` state, the Secret the Kubeflow operator's certificate rotator
+fills): :func:`operator_manifests` lists them and :func:`install_prerequisites` applies them, after
+the CRDs and before the operators start. Files an operator reads (the
 Volcano configuration, the Kubeflow webhook serving certificate) are written when its command line
 is built, so a :class:`~kubedl_prefect.testbed.components.Component` row stays self-contained.
 """
@@ -83,7 +84,8 @@ OPERATOR_NAMESPACE = "kubedl-prefect-system"
 KUBEFLOW_WEBHOOK_SECRET = "training-operator-webhook-cert"
 
 #: Where the Kubeflow operator (v1.9) expects its webhook serving certificate: its rotator checks
-#: this fixed path (``pkg/cert``), and the webhook server reads ``$TMPDIR``/the same path.
+#: this fixed path (``pkg/cert``); its webhook server reads ``$TMPDIR/k8s-webhook-server/...``,
+#: the same folder unless ``$TMPDIR`` is set.
 KUBEFLOW_WEBHOOK_CERT_DIR = Path("/tmp/k8s-webhook-server/serving-certs")
 
 #: KubeDL workloads we enable (kinds). Mars would need networking/v1beta1 Ingress, removed in 1.22;
@@ -94,7 +96,7 @@ KUBEDL_WORKLOADS = ("PyTorchJob", "TFJob", "MPIJob", "XGBoostJob")
 KUBEFLOW_SCHEMES = ("pytorchjob", "tfjob", "mpijob", "xgboostjob")
 
 # Client-certificate users of the operators. No ':' in them: the kubeconfig file is named after the
-# user and KUBEDL reads it from $KUBECONFIG, a ':'-separated list.
+# user and KubeDL reads it from $KUBECONFIG, a ':'-separated list.
 VOLCANO_IDENTITY = Identity("volcano-scheduler")
 KUBEDL_IDENTITY = Identity("kubedl-operator")
 KUBEFLOW_IDENTITY = Identity("kubeflow-training-operator")
@@ -325,7 +327,6 @@ def operator_manifests() -> list[dict[str, Any]]:
     - Volcano's ``root`` and ``default`` queues, as the scheduler would create them, but ``Open``:
       the scheduler only admits jobs to an open queue, and the component that opens queues
       (``vc-controller-manager``'s queue controller) is not run here;
-
     - KubeDL and Kubeflow run with the ClusterRoles their own releases ship (read from the pinned
       modules, renamed), bound to their client-certificate users;
     - the Volcano scheduler is bound to ``cluster-admin``: its ClusterRole exists upstream only

@@ -1,7 +1,9 @@
 // Wrapper module that builds the pinned KubeDL operator (its manager is the root package of
 // github.com/alibaba/kubedl) for the kubedl-prefect test bed. Go ignores the replace directives of
 // a dependency, so the ones github.com/alibaba/kubedl v0.5.0 declares (Kubernetes libraries at
-// 1.22.6) are restated here unchanged.
+// 1.22.6) are restated here unchanged. One deliberate bump over what v0.5.0 resolves to:
+// github.com/modern-go/reflect2 v1.0.2 (with github.com/json-iterator/go v1.1.12), because
+// reflect2 v1.0.1 crashes at run time with Go >= 1.18.
 module kubedl-prefect.local/testbed/kubedl
 
 go 1.24
