@@ -1,7 +1,8 @@
 """Whether a job's replicas were admitted together, and if not, why. Pure functions.
 
-Gang admission differs by operator: KubeDL with Volcano makes one PodGroup per role (label
-``kubedl.io/gang-job-name``) and creates the pods at once, letting the scheduler hold them;
+Gang admission differs by operator: KubeDL with Volcano makes PodGroups labelled
+``kubedl.io/gang-job-name`` (one per job, or one per role when its DAG scheduling is on) and
+creates the pods at once, letting the scheduler hold them;
 Kubeflow makes one PodGroup named like the job and creates pods only once it is ``Inqueue``; a
 job without gang scheduling has only its pods. In every case the job is admitted when each of its
 replicas has been bound to a node, and what blocks it is found, in this order, in the PodGroups'
