@@ -145,6 +145,7 @@ class Informer:
         self.settings = settings or WatchSettings()
         self.stats = WatchStats()
         self.store: dict[str, KubeObject] = {}
+        self._label_index: dict[str, dict[str, dict[str, KubeObject]]] = {}
         self._subscribers: set[Subscription] = set()
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -201,11 +202,39 @@ class Informer:
             if subscription.accepts(event.object):
                 subscription._deliver(event)
 
+    def get(self, name: str) -> KubeObject | None:
+        """The object of that name held now, if any."""
+        return self.store.get(name)
+
+    def by_label(self, key: str, value: str) -> list[KubeObject]:
+        """The objects held now whose label ``key`` is ``value`` (indexed: no scan)."""
+        index = self._label_index.get(key)
+        if index is None:
+            index = self._label_index[key] = {}
+            for obj in self.store.values():
+                self._index_one(key, index, obj)
+        return list(index.get(value, {}).values())
+
+    @staticmethod
+    def _index_one(key: str, index: dict[str, dict[str, KubeObject]], obj: KubeObject) -> None:
+        value = (obj["metadata"].get("labels") or {}).get(key)
+        if value is not None:
+            index.setdefault(value, {})[obj["metadata"]["name"]] = obj
+
     def _apply(self, event_type: EventType, obj: KubeObject) -> None:
+        # managedFields is most of an object's size and nothing here reads it: dropping it keeps
+        # thousands of held objects cheap for the garbage collector.
+        obj["metadata"].pop("managedFields", None)
         name = obj["metadata"]["name"]
-        if event_type == "DELETED":
-            self.store.pop(name, None)
-        else:
+        old = self.store.pop(name, None)
+        for key, index in self._label_index.items():
+            if old is not None:
+                value = (old["metadata"].get("labels") or {}).get(key)
+                if value is not None:
+                    index.get(value, {}).pop(name, None)
+            if event_type != "DELETED":
+                self._index_one(key, index, obj)
+        if event_type != "DELETED":
             self.store[name] = obj
         self._emit(WatchEvent(event_type, obj))
 

@@ -48,9 +48,11 @@ class AdmissionState:
         return f"not admitted ({self.scheduled}/{self.expected} scheduled): {self.reason}"
 
 
-# Quota first: a quota message names the resource too, but the fix is the quota, not the nodes.
+# A ResourceQuota rejection names the resource too, but its fix is the quota: it comes first.
+# Volcano says "queue resource quota insufficient: insufficient nvidia.com/gpu" when the
+# cluster (the queue's share of it) lacks GPUs: that is a GPU shortage to the user.
 _PATTERNS: tuple[tuple[re.Pattern[str], AdmissionBlocker], ...] = (
-    (re.compile(r"quota", re.I), AdmissionBlocker.QUOTA),
+    (re.compile(r"exceeded quota", re.I), AdmissionBlocker.QUOTA),
     (re.compile(r"nvidia\.com/gpu", re.I), AdmissionBlocker.INSUFFICIENT_GPU),
     (re.compile(r"PersistentVolumeClaim", re.I), AdmissionBlocker.UNBOUND_PVC),
     (re.compile(r"taint", re.I), AdmissionBlocker.UNTOLERATED_TAINT),
@@ -58,6 +60,17 @@ _PATTERNS: tuple[tuple[re.Pattern[str], AdmissionBlocker], ...] = (
         re.compile(r"Insufficient|NotEnoughResources|not enough", re.I),
         AdmissionBlocker.INSUFFICIENT_RESOURCES,
     ),
+    (re.compile(r"quota", re.I), AdmissionBlocker.QUOTA),
+)
+
+
+_SPECIFIC = frozenset(
+    {
+        AdmissionBlocker.INSUFFICIENT_GPU,
+        AdmissionBlocker.UNBOUND_PVC,
+        AdmissionBlocker.UNTOLERATED_TAINT,
+        AdmissionBlocker.QUOTA,
+    }
 )
 
 
@@ -102,15 +115,11 @@ def _podgroup_message(podgroup: KubeObject) -> str:
     return ""
 
 
-def _latest_event_message(events: Sequence[KubeObject], reasons: set[str]) -> str:
+def _event_messages(events: Sequence[KubeObject], reasons: set[str]) -> list[str]:
+    """Messages of events with one of ``reasons``, newest first."""
     matching = [e for e in events if e.get("reason") in reasons]
-    if not matching:
-        return ""
-    latest = max(
-        matching,
-        key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "",
-    )
-    return str(latest.get("message") or "")
+    matching.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
+    return [str(e.get("message") or "") for e in matching]
 
 
 def _one_line(message: str) -> str:
@@ -138,26 +147,17 @@ def admission_state(
     if expected and scheduled >= expected:
         return AdmissionState(True, scheduled=scheduled, expected=expected)
 
-    message = ""
-    for podgroup in podgroups:
-        message = _podgroup_message(podgroup)
-        if message:
-            break
-    if not message:
-        message = next((m for m in map(_unschedulable_message, live) if m), "")
-    if not message:
-        message = _latest_event_message(events, {"FailedScheduling", "Unschedulable"})
-    if not message:
-        quota = _latest_event_message(events, {"FailedCreate", "FailedCreatePod"})
-        if quota:
-            return AdmissionState(
-                False,
-                classify_reason(quota),
-                _one_line(quota),
-                scheduled=scheduled,
-                expected=expected,
-            )
-    if message:
+    # Every place that may say why, most structured first; the first message that names a cause
+    # wins (a PodGroup's condition is often generic while an event names the resource).
+    messages = [
+        *(_podgroup_message(podgroup) for podgroup in podgroups),
+        *(_unschedulable_message(pod) for pod in live),
+        *_event_messages(events, {"FailedScheduling", "Unschedulable"}),
+        *_event_messages(events, {"FailedCreate", "FailedCreatePod"}),
+    ]
+    messages = [m for m in messages if m]
+    if messages:
+        message = next((m for m in messages if classify_reason(m) in _SPECIFIC), messages[0])
         return AdmissionState(
             False, classify_reason(message), _one_line(message), scheduled, expected
         )

@@ -92,6 +92,13 @@ class _JobObjects:
     dialect: Dialect
     name: str
 
+    @property
+    def pod_label(self) -> tuple[str, str]:
+        """The label (key, value) every pod of the job carries."""
+        if self.dialect == Dialect.KUBEDL:
+            return ("job-name", self.name)
+        return ("training.kubeflow.org/job-name", self.name)
+
     def is_job(self, obj: KubeObject) -> bool:
         return bool(obj["metadata"]["name"] == self.name)
 
@@ -284,19 +291,17 @@ class KubernetesBackend:
                 await stack.enter_async_context(
                     hub.subscribe(client, kind, self.namespace, accepts, queue)
                 )
+            jobs = hub.informer(client, job_kind, self.namespace)
+            pods = hub.informer(client, PODS, self.namespace)
+            podgroups = hub.informer(client, VOLCANO_PODGROUPS, self.namespace)
+            event_log = hub.informer(client, EVENTS, self.namespace) if events else None
             view = _JobView(
                 ref,
-                job=lambda: hub.informer(client, job_kind, self.namespace).select(select.is_job),
-                pods=lambda: hub.informer(client, PODS, self.namespace).select(select.is_pod),
-                podgroups=lambda: hub.informer(client, VOLCANO_PODGROUPS, self.namespace).select(
-                    select.is_podgroup
-                ),
+                job=lambda: [job] if (job := jobs.get(ref.name)) is not None else [],
+                pods=lambda: [p for p in pods.by_label(*select.pod_label) if select.is_pod(p)],
+                podgroups=lambda: podgroups.select(select.is_podgroup),
                 events=lambda: (
-                    hub.informer(client, EVENTS, self.namespace).select(
-                        lambda e: _event_about(e, ref.name)
-                    )
-                    if events
-                    else []
+                    event_log.select(lambda e: _event_about(e, ref.name)) if event_log else []
                 ),
             )
             yield view, queue

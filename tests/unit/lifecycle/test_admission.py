@@ -107,11 +107,42 @@ def test_kubeflow_podgroup_waiting_to_be_enqueued() -> None:
         ),
         (
             "queue resource quota insufficient: insufficient nvidia.com/gpu",
-            AdmissionBlocker.QUOTA,
+            AdmissionBlocker.INSUFFICIENT_GPU,
         ),
-        ("queue resource quota insufficient: insufficient cpu", AdmissionBlocker.QUOTA),
+        (
+            "queue resource quota insufficient: insufficient cpu",
+            AdmissionBlocker.INSUFFICIENT_RESOURCES,
+        ),
         ("something else", AdmissionBlocker.WAITING),
     ],
 )
 def test_classify_reason(message: str, blocker: AdmissionBlocker) -> None:
     assert classify_reason(message) is blocker
+
+
+def test_an_event_naming_the_resource_beats_a_generic_podgroup_condition() -> None:
+    # As seen on the test bed: KubeDL's PodGroup says only that the gang is not ready, while
+    # Volcano's event on it names the missing GPUs.
+    podgroup = {
+        "metadata": {"name": "j"},
+        "status": {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "Unschedulable",
+                    "status": "True",
+                    "reason": "NotEnoughResources",
+                    "message": "3/3 tasks in gang unschedulable: pod group is not ready, "
+                    "3 Pending, 3 minAvailable; Pending: 3 Unschedulable",
+                }
+            ],
+        },
+    }
+    event = {
+        "reason": "Unschedulable",
+        "message": "queue resource quota insufficient: insufficient nvidia.com/gpu",
+        "lastTimestamp": "2026-12-01T00:00:00Z",
+    }
+    state = admission_state(JOB, pods=[pod("p0")], podgroups=[podgroup], events=[event])
+    assert state.blocker is AdmissionBlocker.INSUFFICIENT_GPU
+    assert state.reason == "queue resource quota insufficient: insufficient nvidia.com/gpu"
