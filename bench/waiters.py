@@ -1,0 +1,262 @@
+"""One waiting system in its own process: ``python -m bench.waiters PLAN.json``.
+
+The driver (:mod:`bench.monitor`) creates the jobs, starts this process and then plays the
+operator. This process waits on every job of the plan with one system and reports on stdout, one
+JSON object a line:
+
+* ``{"event": "ready", ...}`` once every waiter has seen its job (Running) once;
+* ``{"event": "done", "name": ..., "t1": ..., "phase": ...}`` when a wait returned, with ``t1``
+  read from the system-wide monotonic clock right after the call returned;
+* ``{"event": "error", "name": ..., "error": ...}`` when a wait raised;
+* ``{"event": "summary", "requests": ..., "vm_hwm_kb": ..., ...}`` at the end.
+
+Only the standard library is imported at module level: each system imports what it needs, so
+the process's memory is that system's.
+
+Systems:
+
+* ``kubedl-prefect``: ``KubernetesBackend.wait_completed`` per job (shared informers); requests
+  read from ``KubeClient.request_count``.
+* ``kubeflow-sdk``: ``kubeflow.training.TrainingClient.wait_for_job_conditions`` with its
+  defaults (a GET every 15 s), one thread per job, as its API blocks; requests counted by
+  wrapping ``kubernetes.client.rest.RESTClientObject.request``.
+* ``poll-5s``: a GET of the job every 5 s with kubedl-prefect's ``KubeClient``, one coroutine per
+  job; requests from ``request_count``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+SYSTEMS = ("kubedl-prefect", "kubeflow-sdk", "poll-5s")
+POLL_INTERVAL_S = 5.0
+_OUT_LOCK = threading.Lock()
+
+
+def now() -> float:
+    """The system-wide monotonic clock (CLOCK_MONOTONIC is shared by all processes on Linux)."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def memory_kb() -> dict[str, int]:
+    """``VmRSS`` and ``VmHWM`` (peak resident set) of this process, in KiB."""
+    found: dict[str, int] = {}
+    for line in Path("/proc/self/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            found[key.lower()] = int(value.split()[0])
+    return {"vm_rss_kb": found["vmrss"], "vm_hwm_kb": found["vmhwm"]}
+
+
+def emit(event: str, **fields: Any) -> None:
+    """Write one JSON line on stdout (thread-safe)."""
+    line = json.dumps({"event": event, **fields})
+    with _OUT_LOCK:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def _terminal(job: dict[str, Any]) -> str | None:
+    """``Succeeded``/``Failed`` when such a condition is True, else ``None`` (baseline poller)."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
+            return str(condition["type"])
+    return None
+
+
+class _Seen:
+    """Names of jobs each waiter has observed once; thread-safe, with an event when all have."""
+
+    def __init__(self, total: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.total = total
+        self.all_seen = asyncio.Event() if loop is not None else None
+        self._loop = loop
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, name: str) -> None:
+        with self._lock:
+            self._names.add(name)
+            complete = len(self._names) == self.total
+        if complete and self._loop is not None and self.all_seen is not None:
+            self._loop.call_soon_threadsafe(self.all_seen.set)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._names)
+
+
+async def _ready_when(seen: _Seen, tasks: list[asyncio.Future[Any]]) -> None:
+    """Emit ``ready`` once every waiter has observed its job (or every waiter has ended)."""
+    assert seen.all_seen is not None
+    all_seen: asyncio.Future[Any] = asyncio.ensure_future(seen.all_seen.wait())
+    all_ended: asyncio.Future[Any] = asyncio.gather(*tasks)
+    await asyncio.wait({all_seen, all_ended}, return_when=asyncio.FIRST_COMPLETED)
+    all_seen.cancel()
+    emit("ready", t=now(), seen=len(seen), **memory_kb())
+
+
+async def run_kubedl_prefect(plan: dict[str, Any]) -> None:
+    from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+
+    backend = KubernetesBackend(
+        namespace=plan["namespace"], dialect="kubeflow", kubeconfig=plan["kubeconfig"]
+    )
+    seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
+
+    def observer(name: str) -> Callable[[PhaseUpdate], None]:
+        return lambda _update: seen.add(name)
+
+    async def wait_one(ref: JobRef) -> None:
+        try:
+            outcome = await backend.wait_completed(ref, on_phase=observer(ref.name))
+        except Exception as exc:
+            emit("error", name=ref.name, t1=now(), error=repr(exc))
+            return
+        t1 = now()
+        emit("done", name=ref.name, t1=t1, phase=str(outcome.status.phase))
+
+    refs = [JobRef.from_dict(job) for job in plan["jobs"]]
+    client = await backend.client()  # loads the kubeconfig; sends nothing
+    rss_start = memory_kb()
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(wait_one(ref)) for ref in refs]
+    await _ready_when(seen, tasks)
+    await asyncio.gather(*tasks)
+    emit("summary", requests=client.request_count, rss_start=rss_start, **memory_kb())
+    await backend.close()
+
+
+async def run_poll(plan: dict[str, Any]) -> None:
+    from kubedl_prefect.kube.client import KubeClient
+    from kubedl_prefect.kube.resources import ResourceKind
+
+    kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+    namespace = plan["namespace"]
+    client = await KubeClient.from_kubeconfig(plan["kubeconfig"])
+    seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
+
+    async def wait_one(name: str) -> None:
+        try:
+            while True:
+                job = await client.get(kind, namespace, name)
+                seen.add(name)
+                phase = _terminal(job)
+                if phase is not None:
+                    emit("done", name=name, t1=now(), phase=phase)
+                    return
+                await asyncio.sleep(POLL_INTERVAL_S)
+        except Exception as exc:
+            emit("error", name=name, t1=now(), error=repr(exc))
+
+    names = [job["name"] for job in plan["jobs"]]
+    rss_start = memory_kb()
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(wait_one(n)) for n in names]
+    await _ready_when(seen, tasks)
+    await asyncio.gather(*tasks)
+    emit("summary", requests=client.request_count, rss_start=rss_start, **memory_kb())
+    await client.close()
+
+
+def run_kubeflow_sdk(plan: dict[str, Any]) -> None:
+    from kubeflow.training import TrainingClient  # type: ignore[import-untyped]
+    from kubernetes.client import rest  # type: ignore[import-untyped]
+
+    count = [0]
+    count_lock = threading.Lock()
+    original = rest.RESTClientObject.request
+
+    def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with count_lock:
+            count[0] += 1
+        return original(self, *args, **kwargs)
+
+    rest.RESTClientObject.request = counted
+
+    namespace = plan["namespace"]
+    training = TrainingClient(
+        config_file=plan["kubeconfig"], namespace=namespace, job_kind="PyTorchJob"
+    )
+    seen = _Seen(len(plan["jobs"]))
+
+    def wait_one(name: str) -> None:
+        try:
+            job = training.wait_for_job_conditions(
+                name, namespace=namespace, callback=lambda _job: seen.add(name)
+            )
+        except Exception as exc:
+            emit("error", name=name, t1=now(), error=repr(exc))
+            return
+        t1 = now()
+        conditions = [c.type for c in job.status.conditions if c.status == "True"]
+        emit("done", name=name, t1=t1, phase=conditions[-1] if conditions else "?")
+
+    names = [job["name"] for job in plan["jobs"]]
+    rss_start = memory_kb()
+    threads = [
+        threading.Thread(target=wait_one, args=(n,), name=f"wait-{n}", daemon=True) for n in names
+    ]
+    for thread in threads:
+        thread.start()
+    while len(seen) < len(names) and any(t.is_alive() for t in threads):
+        time.sleep(0.02)
+    emit("ready", t=now(), seen=len(seen), **memory_kb())
+    for thread in threads:
+        thread.join()
+    with count_lock:
+        requests = count[0]
+    emit("summary", requests=requests, rss_start=rss_start, **memory_kb())
+
+
+def _log_collections() -> None:
+    """With ``BENCH_GC_LOG=1``: log each garbage collection of 10 ms or more on stderr."""
+    import gc
+
+    started: list[float] = [0.0, 0.0]
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [now(), time.thread_time()]
+            return
+        wall = (now() - started[0]) * 1000
+        cpu = (time.thread_time() - started[1]) * 1000
+        if wall >= 10:
+            print(
+                f"gc gen{info['generation']} wall {wall:.0f} ms cpu {cpu:.0f} ms at {now():.3f} "
+                f"({info['collected']} collected)",
+                file=sys.stderr,
+            )
+
+    gc.callbacks.append(callback)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m bench.waiters PLAN.json", file=sys.stderr)
+        return 2
+    plan = json.loads(Path(argv[0]).read_text())
+    system = plan["system"]
+    if os.environ.get("BENCH_GC_LOG") == "1":
+        _log_collections()
+    if system == "kubedl-prefect":
+        asyncio.run(run_kubedl_prefect(plan))
+    elif system == "poll-5s":
+        asyncio.run(run_poll(plan))
+    elif system == "kubeflow-sdk":
+        run_kubeflow_sdk(plan)
+    else:
+        print(f"unknown system {system!r}; one of {', '.join(SYSTEMS)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
