@@ -184,6 +184,10 @@ class TrainingBackend(Protocol):
         """Delete the job and wait until its pods (and PodGroups) are gone. Idempotent."""
         ...
 
+    async def close(self) -> None:
+        """Release the backend's connections (jobs are not touched)."""
+        ...
+
 
 class SyncBackend:
     """The blocking face of a :class:`TrainingBackend`, for sync code (Prefect sync tasks).
@@ -227,3 +231,7 @@ class SyncBackend:
     def cancel(self, ref: JobRef, *, timeout_s: float = 120.0) -> None:
         """Blocking :meth:`TrainingBackend.cancel`."""
         return self._run(self.backend.cancel(ref, timeout_s=timeout_s))
+
+    def close(self) -> None:
+        """Blocking :meth:`TrainingBackend.close`."""
+        return self._run(self.backend.close())

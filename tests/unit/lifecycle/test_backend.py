@@ -19,6 +19,7 @@ def test_the_protocol_has_the_lifecycle_calls() -> None:
         "wait_completed",
         "follow_logs",
         "cancel",
+        "close",
     }
 
 
