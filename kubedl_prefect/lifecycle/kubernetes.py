@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
@@ -51,7 +52,13 @@ from kubedl_prefect.lifecycle.backend import (
     WaitTimeouts,
     checkpoint_location,
 )
-from kubedl_prefect.lifecycle.diagnosis import diagnose, replica_name, stuck_for_good
+from kubedl_prefect.lifecycle.diagnosis import (
+    Diagnosis,
+    FailureCategory,
+    diagnose,
+    replica_name,
+    stuck_for_good,
+)
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
 from kubedl_prefect.spec import (
     CHECKPOINT_ENV,
@@ -403,7 +410,7 @@ class KubernetesBackend:
                             log_tails=await self._failed_log_tails(pods),
                         )
                     return JobOutcome(ref, status, diagnosis, tuple(tracker.history))
-                stuck = stuck_for_good(view.pods())
+                stuck = stuck_for_good(view.pods()) or _past_active_deadline(job, status)
                 if stuck is not None:
                     # The operator would leave it pending for ever: fail it now and free the GPUs.
                     await self._cancel(ref, timeouts.cancel_s)
@@ -422,7 +429,14 @@ class KubernetesBackend:
                     stage, deadline = "startup", _Deadline(timeouts.startup_s)
                 if stage == "startup" and status.phase in (Phase.RUNNING, Phase.RESTARTING):
                     stage, deadline = "completion", _Deadline(timeouts.completion_s)
-                await deadline.wait(queue, _timeout(ref, stage, timeouts, status, admission))
+                overdue_in = _seconds_until_overdue(job, status)
+                try:
+                    async with asyncio.timeout(overdue_in):
+                        await deadline.wait(
+                            queue, _timeout(ref, stage, timeouts, status, admission)
+                        )
+                except TimeoutError:
+                    continue  # the active deadline passed: the next round fails the job
 
     async def _failed_log_tails(
         self, pods: list[KubeObject], *, limit: int = 8
@@ -626,6 +640,43 @@ class _Deadline:
                 await next_event(queue)
         except TimeoutError:
             raise error from None
+
+
+ACTIVE_DEADLINE_GRACE_S = 15.0
+"""How long past ``activeDeadlineSeconds`` we wait for the operator before failing the job."""
+
+
+def _active_deadline_at(job: KubeObject, status: JobStatus) -> float | None:
+    """Wall-clock time by which the operator should have failed the job, if it has a deadline."""
+    spec = job.get("spec") or {}
+    seconds = spec.get("activeDeadlineSeconds") or (spec.get("runPolicy") or {}).get(
+        "activeDeadlineSeconds"
+    )
+    if not seconds or not status.start_time:
+        return None
+    started = dt.datetime.fromisoformat(status.start_time.replace("Z", "+00:00")).timestamp()
+    return started + float(seconds) + ACTIVE_DEADLINE_GRACE_S
+
+
+def _seconds_until_overdue(job: KubeObject, status: JobStatus) -> float | None:
+    at = _active_deadline_at(job, status)
+    return None if at is None else max(at - time.time(), 0.0)
+
+
+def _past_active_deadline(job: KubeObject, status: JobStatus) -> Diagnosis | None:
+    """A job the operator left running past its active deadline (some versions never fail it)."""
+    at = _active_deadline_at(job, status)
+    if at is None or time.time() < at:
+        return None
+    return Diagnosis(
+        category=FailureCategory.DEADLINE_EXCEEDED,
+        retryable=False,
+        replica=None,
+        exit_code=None,
+        message=f"the job ran past activeDeadlineSeconds (started {status.start_time}) and the "
+        "operator did not stop it; kubedl-prefect deleted it",
+        hint="raise activeDeadlineSeconds or make the run shorter",
+    )
 
 
 def _has_failed_container(pod: KubeObject) -> bool:
