@@ -92,12 +92,20 @@ class LogFollower:
         client: The Kubernetes client.
         on_line: Called for every new line, in order within a container.
         reconnect_delay_s: Pause before resuming a broken stream.
+        grace_s: How long a terminated container's stream may run on for its last lines.
     """
 
     def __init__(
-        self, client: KubeClient, on_line: LineCallback, *, reconnect_delay_s: float = 0.5
+        self,
+        client: KubeClient,
+        on_line: LineCallback,
+        *,
+        reconnect_delay_s: float = 0.5,
+        grace_s: float = 2.0,
     ):
         self._client = client
+        self._grace = grace_s
+        self._closing: set[tuple[str, str]] = set()
         self._on_line = on_line
         self._delay = reconnect_delay_s
         self._pods: dict[str, KubeObject] = {}
@@ -105,24 +113,52 @@ class LogFollower:
         self.reconnects = 0
 
     def update(self, pod: KubeObject) -> None:
-        """Tell the follower about a pod's latest state (new pods start being followed)."""
+        """Tell the follower about a pod's latest state.
+
+        Started containers of new pods begin to be followed; the stream of a container that has
+        terminated is closed after the grace period, if it has not ended by itself (a kubelet
+        ends it; some log servers keep following a finished file).
+        """
         uid = str(pod["metadata"].get("uid") or pod["metadata"]["name"])
         self._pods[uid] = pod
+        loop = asyncio.get_running_loop()
         for container in (pod.get("spec") or {}).get("containers") or []:
             name = container["name"]
             key = (uid, name)
             if key not in self._tasks and _started(pod, name):
-                self._tasks[key] = asyncio.get_running_loop().create_task(
+                self._tasks[key] = loop.create_task(
                     self._follow(uid, name), name=f"logs {pod['metadata']['name']}/{name}"
                 )
+            task = self._tasks.get(key)
+            if task is not None and key not in self._closing and _terminated(pod, name):
+                self._closing.add(key)
+                loop.call_later(self._grace, task.cancel)
+
+    async def finish(self) -> None:
+        """Give open streams the grace period to end by themselves, then close them."""
+        pending = [t for t in self._tasks.values() if not t.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=self._grace)
+        await self.close()
+
+    @property
+    def following(self) -> bool:
+        """Whether any stream is still open."""
+        return any(not task.done() for task in self._tasks.values())
 
     async def wait(self) -> None:
-        """Wait until every stream started so far has ended (its container terminated)."""
+        """Wait until every stream started so far has ended (its container terminated).
+
+        Cancelling this wait leaves the streams running. A stream that failed raises here.
+        """
         while True:
             pending = [t for t in self._tasks.values() if not t.done()]
             if not pending:
+                for task in self._tasks.values():
+                    if not task.cancelled() and task.exception() is not None:
+                        raise task.exception()  # type: ignore[misc]
                 return
-            await asyncio.gather(*pending)
+            await asyncio.wait(pending)
 
     async def close(self) -> None:
         """Stop every stream."""

@@ -499,18 +499,17 @@ class KubernetesBackend:
                         follower.update(pod)
                     jobs = view.job()
                     ended = ended or not jobs or job_status(jobs[0]).phase.terminal
-                    streams_done = asyncio.ensure_future(follower.wait())
-                    change = asyncio.ensure_future(next_event(queue))
-                    done, _ = await asyncio.wait(
-                        {streams_done, change}, return_when=asyncio.FIRST_COMPLETED
-                    )
-                    for task in (streams_done, change):
-                        if task not in done:
-                            task.cancel()
-                    if ended and streams_done in done:
+                    if ended:
+                        await follower.finish()
                         return
-                    if change in done:
-                        change.result()  # raises the informer's error, if any
+                    waiting: set[asyncio.Future[Any]] = {asyncio.ensure_future(next_event(queue))}
+                    if follower.following:
+                        waiting.add(asyncio.ensure_future(follower.wait()))
+                    done, pending = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                    for task in pending:
+                        task.cancel()
+                    for task in done:
+                        task.result()  # raises the informer's or a stream's error, if any
         finally:
             await follower.close()
 
