@@ -1,4 +1,4 @@
-"""``kubedl-prefect testbed up|down|status|build``: the local test bed as a sandbox.
+"""``kubedl-prefect testbed up|down|status|build|restart``: the local test bed as a sandbox.
 
 ``up`` prints progress on stderr and, as the last line on stdout, ``KUBECONFIG=<path>``, so
 ``eval "$(kubedl-prefect testbed up)"`` points a shell at the sandbox.
@@ -120,6 +120,24 @@ def down(name: NameOption = "default", port_base: PortBaseOption = None) -> None
     except TestbedError as exc:
         raise _fail(exc) from exc
     typer.echo(f"test bed {name} is down")
+
+
+@app.command()
+def restart(
+    component: Annotated[
+        str, typer.Argument(help="Component to crash and restart, e.g. kube-apiserver or kwok.")
+    ],
+    name: NameOption = "default",
+    port_base: PortBaseOption = None,
+) -> None:
+    """Kill one component (SIGKILL, a crash), start it again with its data; print the downtime."""
+    _setup_logging(verbose=True)
+    bed = _testbed(name, port_base)
+    try:
+        downtime = bed.restart(component)
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"{component} of test bed {name} restarted after {downtime:.1f}s down")
 
 
 @app.command()

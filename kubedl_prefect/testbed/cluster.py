@@ -12,13 +12,14 @@ import copy
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import content
+from kubedl_prefect.testbed import content, podlogs
 from kubedl_prefect.testbed.components import Layout
 
 FIELD_MANAGER = "kubedl-prefect-testbed"
@@ -165,6 +166,31 @@ async def ensure_nodes(
     return wanted
 
 
+async def release_node_leases(api: client.ApiClient) -> list[str]:
+    """Delete the Leases of the simulated nodes (``kube-node-lease``); return the node names.
+
+    kwok takes a new holder identity each time it starts and waits for the Leases of the one
+    before to expire (40 s) before it runs their nodes' pods again; a restarted kubelet keeps
+    its identity. Deleting them lets a restarted kwok take its nodes over at once.
+    """
+    core = client.CoreV1Api(api)
+    coordination = client.CoordinationV1Api(api)
+    try:
+        nodes = await core.list_node(label_selector=f"{content.NODE_LABEL}=true")
+    except ApiException as exc:
+        raise TestbedError(f"could not list the nodes: {exc.status} {exc.reason}") from exc
+    names = [node.metadata.name for node in nodes.items]
+    for name in names:
+        try:
+            await coordination.delete_namespaced_lease(name, "kube-node-lease")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise TestbedError(
+                    f"could not delete the Lease of node {name}: {exc.status} {exc.reason}"
+                ) from exc
+    return names
+
+
 async def wait_default_service_account(
     api: client.ApiClient, namespace: str = "default", *, timeout_s: float = 60.0
 ) -> None:
@@ -253,3 +279,62 @@ async def service_account_token(
             f"could not set up ServiceAccount {namespace}/{name}: {exc.status} {exc.reason}"
         ) from exc
     return str(answer.status.token)
+
+
+async def ensure_pod_log(
+    api: client.ApiClient,
+    namespace: str,
+    pod: str,
+    container: str,
+    path: Path,
+    default: Path,
+) -> None:
+    """Make the kwok ``Logs`` object of ``namespace/pod`` name ``path`` as ``container``'s log.
+
+    Other containers the object lists are kept; the rest of the pod's containers read
+    ``default``. Concurrent writers are retried on conflicts.
+    """
+    group, version, plural = podlogs.LOGS_RESOURCE
+    custom = client.CustomObjectsApi(api)
+    for _ in range(10):
+        try:
+            current = await custom.get_namespaced_custom_object(
+                group, version, namespace, plural, pod
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise TestbedError(
+                    f"could not read the Logs of {namespace}/{pod}: {exc.status} {exc.reason}"
+                ) from exc
+            current = None
+        containers = podlogs.listed_containers(current) if current else {}
+        if containers.get(container) == path:
+            return
+        containers[container] = path
+        manifest = podlogs.logs_manifest(namespace, pod, containers, default)
+        try:
+            if current is None:
+                await custom.create_namespaced_custom_object(
+                    group, version, namespace, plural, manifest
+                )
+            else:
+                manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                await custom.replace_namespaced_custom_object(
+                    group, version, namespace, plural, pod, manifest
+                )
+        except ApiException as exc:
+            if exc.status == 409:  # created or changed meanwhile: read it again
+                continue
+            hint = None
+            if exc.status == 404:  # no such namespace, or no Logs resource at all
+                hint = (
+                    f"check that namespace {namespace} exists; a test bed started by an older "
+                    "kubedl-prefect has no pod logs: run `kubedl-prefect testbed down`, then `up`"
+                )
+            raise TestbedError(
+                f"could not write the Logs of {namespace}/{pod}: {exc.status} {exc.reason}: "
+                f"{_body(exc)[:300]}",
+                hint=hint,
+            ) from exc
+        return
+    raise TestbedError(f"the Logs of {namespace}/{pod} kept changing; gave up after 10 tries")

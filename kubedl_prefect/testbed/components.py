@@ -76,7 +76,7 @@ class Ports:
 
     @property
     def kwok(self) -> int:
-        """HTTP port of the kwok controller (health and metrics)."""
+        """Port of the kwok controller: HTTP health and metrics, HTTPS kubelet API (logs)."""
         return self.offset(47)
 
 
@@ -121,6 +121,14 @@ class Layout:
     def config_dir(self) -> Path:
         """Generated configuration files (kubeconfigs, kwok configuration)."""
         return self.root / "config"
+
+    @property
+    def pod_logs_dir(self) -> Path:
+        """What the simulated containers print: CRI-format files that kwok serves.
+
+        See :mod:`.podlogs`; wiped with the cluster's data.
+        """
+        return self.root / "pod-logs"
 
     @property
     def admin_kubeconfig(self) -> Path:

@@ -18,6 +18,7 @@ from kubedl_prefect.testbed.upstream import (
     KSERVE,
     KUBEDL,
     KUBEFLOW_TRAINING,
+    KWOK,
     VOLCANO,
     GoModule,
     module_dir,
@@ -33,8 +34,14 @@ START_DELAY = ANNOTATION_PREFIX + "start-delay"
 EXIT_CODE = ANNOTATION_PREFIX + "exit-code"
 FAIL_REASON = ANNOTATION_PREFIX + "fail-reason"
 EVICT = ANNOTATION_PREFIX + "evict"
+EVICT_ON_ATTEMPT = ANNOTATION_PREFIX + "evict-on-attempt"
+WAITING_REASON = ANNOTATION_PREFIX + "waiting-reason"
+WAITING_MESSAGE = ANNOTATION_PREFIX + "waiting-message"
 NEVER_READY = ANNOTATION_PREFIX + "never-ready"
 READY_DELAY = ANNOTATION_PREFIX + "ready-delay"
+
+#: Pod label ``evict-on-attempt`` compares with (set by the lifecycle on every pod it makes).
+ATTEMPT_LABEL = "kubedl-prefect.io/attempt"
 
 #: Label on every node the test bed creates.
 NODE_LABEL = "testbed.kubedl-prefect.io/node"
@@ -84,6 +91,8 @@ CRD_SOURCES: tuple[CrdSource, ...] = (
     CrdSource(VOLCANO, "config/crd/volcano/bases", "nodeinfo.volcano.sh_*.yaml"),
     CrdSource(VOLCANO, "config/crd/volcano/bases", "shard.volcano.sh_*.yaml"),
     CrdSource(KSERVE, "config/crd/full", "serving.kserve.io_inferenceservices.yaml"),
+    # kwok's per-pod log configuration (see .podlogs), watched by the kwok controller.
+    CrdSource(KWOK, "kustomize/crd/bases", "kwok.x-k8s.io_logs.yaml"),
 )
 
 
@@ -177,11 +186,19 @@ def node_manifest(
 
 
 def kwok_configuration(
-    *, cidr: str = "10.244.0.0/16", node_ip: str = "10.240.0.1"
+    *, node_port: int, cidr: str = "10.244.0.0/16", node_ip: str = "127.0.0.1"
 ) -> dict[str, Any]:
     """The kwok controller's own configuration document.
 
     kwok applies no defaults to a configuration read from a file: every option it needs is set.
+    Its server is every node's kubelet: the nodes' ``InternalIP`` is ``node_ip`` (loopback, where
+    kwok listens) and their kubelet port ``node_port`` (the node stage writes both), so the API
+    server reaches it for container logs; the debugging handlers serve them.
+
+    Args:
+        node_port: The port kwok's server listens on (``Ports.kwok``).
+        cidr: Pod IPs.
+        node_ip: The nodes' address.
     """
     return {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -189,9 +206,10 @@ def kwok_configuration(
         "options": {
             "cidr": cidr,
             "nodeIP": node_ip,
+            "nodePort": node_port,
             "manageAllNodes": False,
             "manageNodesWithAnnotationSelector": "kwok.x-k8s.io/node=fake",
-            "enableDebuggingHandlers": False,
+            "enableDebuggingHandlers": True,
             "enableContentionProfiling": False,
             "enableProfilingHandler": False,
             "podPlayStageParallelism": 8,

@@ -120,6 +120,21 @@ def stop(record: ProcessRecord, *, timeout: float = 15.0) -> None:
     _wait_gone(record.pid, 5.0)
 
 
+def kill(record: ProcessRecord, *, timeout: float = 10.0) -> None:
+    """Kill the process at once (SIGKILL, as a crash would) and wait until it has exited.
+
+    No-op when it is gone already.
+
+    Raises:
+        TestbedError: It still runs after ``timeout`` seconds (stuck in the kernel).
+    """
+    if not is_alive(record):
+        return
+    _signal(record.pid, signal.SIGKILL)
+    if not _wait_gone(record.pid, timeout):
+        raise TestbedError(f"process {record.pid} ({record.binary}) survived SIGKILL")
+
+
 def _wait_gone(pid: int, timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -130,12 +145,20 @@ def _wait_gone(pid: int, timeout: float) -> bool:
 
 
 def _exited(pid: int) -> bool:
-    """Whether ``pid`` has finished exiting (gone, or a zombie waiting to be reaped)."""
+    """Whether ``pid`` has finished exiting (gone, or a zombie waiting to be reaped).
+
+    The main thread of a multi-threaded process turns zombie before its other threads are
+    done exiting, and those still hold its files and sockets: wait for them too, or a port the
+    process listened on may not be free yet.
+    """
+    proc = Path("/proc") / str(pid)
     try:
-        stat = (Path("/proc") / str(pid) / "stat").read_text()
+        stat = (proc / "stat").read_text()
+        if stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X"):
+            return False
+        return len(list((proc / "task").iterdir())) <= 1
     except OSError:
         return True
-    return stat.rsplit(")", 1)[-1].split()[0] in ("Z", "X")
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:

@@ -4,8 +4,9 @@
 detached with its own log and pid file under ``cache_root()/testbed/<name>/``:
 
 1. ``kube-apiserver-etcd``: kube-apiserver with an embedded etcd (TLS, RBAC, 127.0.0.1 only);
-2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe InferenceService);
-3. ``kube-controller-manager``, ``kube-scheduler`` and the ``kwok`` controller with our stages;
+2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe InferenceService, kwok Logs);
+3. ``kube-controller-manager``, ``kube-scheduler`` and the ``kwok`` controller with our stages
+   (kwok also serves the nodes' kubelet API for container logs, see :mod:`.podlogs`);
 4. the simulated nodes (default 2 x 8 ``nvidia.com/gpu``), waited on until Ready;
 5. the training operators (:mod:`.operators`) after the objects they need.
 
@@ -13,6 +14,9 @@ It returns the path of an administrator kubeconfig. ``up`` is idempotent: on a r
 only adjusts what was asked differently (nodes, operators); over a stale state folder (dead
 processes) it stops what is left and starts afresh. Each fresh start begins with an empty cluster
 (a copy of the etcd data saved right after the first CRD installation); certificates are kept.
+
+For tests of failure handling, :meth:`Testbed.restart` kills one component as a crash would and
+starts it again with its data, and :meth:`Testbed.pod_log` says what a pod's containers print.
 """
 
 from __future__ import annotations
@@ -37,9 +41,16 @@ from typing import Any, TypeVar
 import yaml
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import cluster, content, process
+from kubedl_prefect.testbed import cluster, content, podlogs, process
 from kubedl_prefect.testbed import operators as training_operators
-from kubedl_prefect.testbed.build import GO_ROOT, GoBinary, build_all, kube_version_ldflags
+from kubedl_prefect.testbed.build import (
+    GO_ROOT,
+    GoBinary,
+    binary_path,
+    build_all,
+    is_built,
+    kube_version_ldflags,
+)
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
     Component,
@@ -51,6 +62,7 @@ from kubedl_prefect.testbed.components import (
 )
 from kubedl_prefect.testbed.kubeconfig import render_kubeconfig, write_kubeconfig
 from kubedl_prefect.testbed.pki import CertificateAuthority, service_account_key
+from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.upstream import KUBERNETES, go_binary
 
 logger = logging.getLogger(__name__)
@@ -64,6 +76,9 @@ DEFAULT_GPUS_PER_NODE = 8
 CLUSTER_NAME = "kubedl-prefect-testbed"
 #: The administrator (``system:masters``): the identity of the admin kubeconfig.
 ADMIN = Identity("kubedl-prefect-admin", ("system:masters",))
+#: The API server's identity towards kubelets (kwok's server), e.g. to read container logs.
+APISERVER_KUBELET_CLIENT = Identity("kube-apiserver-kubelet-client")
+_KUBELET_CLIENT_STEM = "apiserver-kubelet-client"
 SERVICE_CIDR = "10.96.0.0/16"
 
 _KUBE_LDFLAGS = kube_version_ldflags(KUBERNETES.version)
@@ -139,6 +154,12 @@ def _apiserver_args(ctx: ComponentContext) -> list[str]:
         # The `kubernetes` Service cannot point at a loopback address; nothing in the test bed
         # reaches the API server through it (everything runs outside the cluster).
         "--endpoint-reconciler-type=none",
+        # Kubelets are kwok's server on the nodes' InternalIP (loopback), with the cluster CA's
+        # serving certificate; container logs go through it.
+        f"--kubelet-client-certificate={pki / (_KUBELET_CLIENT_STEM + '.crt')}",
+        f"--kubelet-client-key={pki / (_KUBELET_CLIENT_STEM + '.key')}",
+        f"--kubelet-certificate-authority={layout.ca_file}",
+        "--kubelet-preferred-address-types=InternalIP",
         "--profiling=false",
         "--event-ttl=1h",
     ]
@@ -190,7 +211,12 @@ def _kwok_args(ctx: ComponentContext) -> list[str]:
     return [
         f"--kubeconfig={ctx.kubeconfig}",
         *(f"--config={path}" for path in configs),
+        # One port: plain HTTP (health) and HTTPS (the kubelet API the API server calls).
         f"--server-address={LOOPBACK}:{layout.ports.kwok}",
+        f"--tls-cert-file={ctx.serving_cert}",
+        f"--tls-private-key-file={ctx.serving_key}",
+        # Per-pod Logs objects are read from the API server (the default is in kwok.yaml).
+        "--enable-crds=Logs",
     ]
 
 
@@ -523,7 +549,157 @@ class Testbed:
         )
         return write_kubeconfig(target, document)
 
+    def restart(self, component: str, *, timeout: float = 90.0, dependents: bool = True) -> float:
+        """Kill one running component as a crash would, start it again, and return the downtime.
+
+        The process gets SIGKILL (no clean shutdown: the API server's embedded etcd recovers
+        from its write-ahead log) and is started again with the same command line and the same
+        data, then waited on until it answers its health check. Clients see what they would on
+        a real cluster: connections break (open watches, followed logs through kwok's server),
+        and reconnecting works once it is back; objects persist.
+
+        After an API server crash the other components reconnect by themselves, but slowly:
+        client-go backs off up to 30 s (60 s with jitter) between attempts, and the new API
+        server refuses them for a few seconds while its RBAC caches fill, so the scheduler,
+        kwok and the operators may do nothing for up to a minute. With ``dependents`` (the
+        default) they are therefore stopped (cleanly) while it is down and started again once
+        it is back: the test bed works again as soon as this returns.
+
+        Args:
+            component: A component's name (``kube-apiserver``, ``kwok``, ... see
+                :meth:`components`).
+            timeout: How long it may take to become healthy again.
+            dependents: After ``kube-apiserver``, restart the components that talk to it.
+
+        Returns:
+            Seconds from the kill until it was healthy again (not counting the dependents).
+
+        Raises:
+            TestbedError: Unknown component, it is not running, or it did not come back (the
+                message ends with the tail of its log).
+        """
+        known = {c.name: c for c in self._all_known_components()}
+        if component not in known:
+            raise TestbedError(
+                f"unknown test-bed component {component!r}",
+                hint=f"one of: {', '.join(known)}",
+            )
+        target = known[component]
+        with self._locked():
+            record = process.read(self.layout.pid_file(target.name))
+            if record is None or not process.is_alive(record):
+                raise TestbedError(
+                    f"{component} of test bed {self.name} is not running",
+                    hint="start the test bed first (Testbed.up or `kubedl-prefect testbed up`)",
+                )
+            started = time.monotonic()
+            process.kill(record)
+            stopped: list[tuple[Component, process.ProcessRecord]] = []
+            if target == APISERVER and dependents:
+                # Stopped while it is down, so that it starts without their reconnection storm.
+                stopped = self._stop_dependents()
+            self._relaunch(target, record, timeout=timeout)
+            downtime = time.monotonic() - started
+            logger.info("%s restarted after %.1fs down", component, downtime)
+            failed: list[TestbedError] = []
+            for dependent, old in stopped:  # all of them, even after one failed
+                try:
+                    self._relaunch(dependent, old, timeout=timeout)
+                except TestbedError as exc:
+                    failed.append(exc)
+            if failed:
+                raise failed[0]
+        return downtime
+
+    def pod_log(
+        self, namespace: str, pod: str, container: str = "main", *, timeout: float = 30.0
+    ) -> PodLog:
+        """The log of ``container`` in ``namespace/pod``, to write what it prints.
+
+        Creates (or extends) the pod's kwok ``Logs`` object so that the API server's
+        ``.../pods/<pod>/log?container=<container>`` reads a file of ours, and waits until kwok
+        serves it. The pod need not exist yet (a training job's pod names are known in advance,
+        e.g. ``<job>-worker-1``). Calling it again returns the same log, its lines kept. The
+        file lives until the test bed is stopped; deleting the namespace deletes the object.
+
+        Example:
+            >>> log = bed.pod_log("team-a", "mnist-worker-0", "pytorch")  # doctest: +SKIP
+            >>> log.write("epoch 1 loss=0.3", "epoch 2 loss=0.2")  # doctest: +SKIP
+
+        Args:
+            namespace: The pod's namespace (it must exist).
+            pod: The pod's name.
+            container: The container's name.
+            timeout: How long kwok may take to pick the configuration up.
+
+        Raises:
+            TestbedError: The object could not be written, or kwok did not serve it in time.
+        """
+        path = podlogs.pod_log_path(self.layout.pod_logs_dir, namespace, pod, container)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        podlogs.previous_path(path).touch()
+        _run(
+            self._with_admin(
+                cluster.ensure_pod_log, namespace, pod, container, path, self._empty_log
+            )
+        )
+        # kwok answers previous=true only for containers it has a Logs entry for (see
+        # podlogs.logs_manifest): once it does, the API server reads our file.
+        url = (
+            f"http://{LOOPBACK}:{self.layout.ports.kwok}/containerLogs/"
+            f"{namespace}/{pod}/{container}?previous=true"
+        )
+        deadline = time.monotonic() + timeout
+        while not _check(HealthCheck(url), self.layout):
+            if time.monotonic() > deadline:
+                raise TestbedError(
+                    f"kwok did not pick up the log of {namespace}/{pod}/{container} in "
+                    f"{timeout:.0f}s; last lines of {self.layout.log_file(KWOK.name)}:\n"
+                    f"{process.log_tail(self.layout.log_file(KWOK.name))}"
+                )
+            time.sleep(0.05)
+        return PodLog(namespace=namespace, pod=pod, container=container, path=path)
+
     # -- internals ---------------------------------------------------------------------------
+
+    def _stop_dependents(self) -> list[tuple[Component, process.ProcessRecord]]:
+        """Stop every running component but the API server; return them in start order."""
+        stopped = []
+        for component in reversed(self._all_known_components()[1:]):
+            record = process.read(self.layout.pid_file(component.name))
+            if record is not None and process.is_alive(record):
+                process.stop(record)
+                stopped.append((component, record))
+        return stopped[::-1]
+
+    def _relaunch(
+        self, component: Component, record: process.ProcessRecord, *, timeout: float
+    ) -> None:
+        """Start the binary of ``record`` (stopped) again as ``component``; wait until healthy."""
+        if component == KWOK:
+            # As a restarted kubelet would, take the nodes over at once (see release_node_leases).
+            try:
+                _run(self._with_admin(cluster.release_node_leases))
+            except (TestbedError, OSError) as exc:  # the API server is down: kwok will wait
+                logger.warning("kwok may wait 40 s for its nodes' leases: %s", exc)
+        self._start(component, {component.binary: self._binary_of(component, record)}, timeout)
+
+    def _binary_of(self, component: Component, record: process.ProcessRecord) -> Path:
+        """The binary ``record`` ran, or its current build when it was rebuilt since."""
+        ran = Path(record.binary)
+        if ran.is_file():
+            return ran
+        for binary in self.binaries():
+            if binary.name == component.binary and is_built(binary):
+                logger.warning(
+                    "%s was rebuilt since it started: running %s", ran, binary_path(binary)
+                )
+                return binary_path(binary)
+        raise TestbedError(
+            f"cannot restart {component.name}: its binary {ran} is gone",
+            hint="rebuild and restart the test bed (`kubedl-prefect testbed down`, then `up`)",
+        )
 
     async def _with_admin(
         self, operation: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any
@@ -572,7 +748,19 @@ class Testbed:
                     client_cert=cert,
                 ),
             )
-        (layout.config_dir / "kwok.yaml").write_text(yaml.safe_dump(content.kwok_configuration()))
+        ca.client(APISERVER_KUBELET_CLIENT, _KUBELET_CLIENT_STEM)
+        shutil.rmtree(layout.pod_logs_dir, ignore_errors=True)
+        layout.pod_logs_dir.mkdir(parents=True)
+        self._empty_log.touch()
+        documents = [
+            content.kwok_configuration(node_port=layout.ports.kwok),
+            podlogs.default_cluster_logs(self._empty_log),
+        ]
+        (layout.config_dir / "kwok.yaml").write_text(yaml.safe_dump_all(documents))
+
+    @property
+    def _empty_log(self) -> Path:
+        return self.layout.pod_logs_dir / "empty.log"
 
     def _start_apiserver_with_crds(self, binaries: dict[str, Path]) -> None:
         """Start the API server on a fresh etcd that already holds the CRDs.
@@ -666,6 +854,7 @@ class Testbed:
                 logger.info("stopped %s", component.name)
             pid_file.unlink(missing_ok=True)
         shutil.rmtree(self.layout.data_dir, ignore_errors=True)
+        shutil.rmtree(self.layout.pod_logs_dir, ignore_errors=True)
         (self.layout.root / "state.json").unlink(missing_ok=True)
 
     def _all_known_components(self) -> list[Component]:

@@ -5,7 +5,9 @@ already up is reused and left running; otherwise it is started (built first when
 on a cold cache) and stopped at the end of the session. Without Go the fixture errors out with
 the reason: integration tests never skip.
 
-Fixtures hand out kubeconfig paths, so tests may use any client.
+Fixtures hand out kubeconfig paths, so tests may use any client. ``pod_log`` says what a pod's
+containers print (see kubedl_prefect/testbed/podlogs.py); ``testbed.restart(component)`` crashes
+and restarts a component.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import Testbed
 
 
@@ -66,5 +69,19 @@ def service_account_kubeconfig(testbed: Testbed, tmp_path: Path) -> Callable[...
             [dict(rule) for rule in rules],
             path=tmp_path / f"{namespace}.{name}.kubeconfig",
         )
+
+    return make
+
+
+@pytest.fixture
+def pod_log(testbed: Testbed) -> Callable[..., PodLog]:
+    """Factory: ``(namespace, pod, container="main") -> PodLog`` to write what a container prints.
+
+    The pod need not exist yet; ``GET .../pods/<pod>/log?container=...`` (follow, timestamps,
+    sinceTime, tailLines) then reads what ``PodLog.write(*lines)`` appends.
+    """
+
+    def make(namespace: str, pod: str, container: str = "main") -> PodLog:
+        return testbed.pod_log(namespace, pod, container)
 
     return make

@@ -1,24 +1,29 @@
-"""The test bed itself, through its real API server: components, nodes, kwok stages, CRDs, RBAC.
+"""The test bed itself, through its real API server: components, nodes, kwok stages, CRDs, RBAC,
+pod logs, and restarts of its components.
 
 Pods and InferenceServices are driven by the test bed's kwok stages through annotations
 (``testbed.kubedl-prefect.io/...``); the client is ``kubernetes_asyncio`` loaded from the
-kubeconfig the fixtures hand out, as a user of the sandbox would.
+kubeconfig the fixtures hand out, as a user of the sandbox would. The restart tests come last:
+they break every connection to the session's test bed for a few seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubedl_prefect.testbed import content
+from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import CONTROL_PLANE_AFTER_CRDS, Testbed
 
 pytestmark = pytest.mark.integration
@@ -79,17 +84,21 @@ def pod_manifest(
     name: str,
     *,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
     restart_policy: str = "Never",
     gpus: int = 0,
+    containers: tuple[str, ...] = ("main",),
 ) -> Obj:
     resources = {"resources": {"limits": {content.GPU_RESOURCE: str(gpus)}}} if gpus else {}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "annotations": annotations or {}},
+        "metadata": {"name": name, "annotations": annotations or {}, "labels": labels or {}},
         "spec": {
             "restartPolicy": restart_policy,
-            "containers": [{"name": "main", "image": "registry.example/app:1", **resources}],
+            "containers": [
+                {"name": c, "image": f"registry.example/{c}:1", **resources} for c in containers
+            ],
         },
     }
 
@@ -466,3 +475,282 @@ async def test_service_account_kubeconfig_is_limited_to_its_role(
     assert create.value.status == 403
     assert elsewhere.value.status == 403
     assert review.status.user_info.username == f"system:serviceaccount:{namespace}:reader"
+
+
+# -- pods that cannot start, eviction on one attempt -------------------------------------------
+
+
+def waiting(pod: Any) -> bool:
+    statuses = pod.status.container_statuses or []
+    return bool(statuses) and all(s.state.waiting is not None for s in statuses)
+
+
+async def test_pod_with_waiting_reason_is_scheduled_but_never_runs(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    message = 'Failed to pull image "registry.example/main:1": not found'
+    annotations = {
+        content.WAITING_REASON: "ErrImagePull",
+        content.WAITING_MESSAGE: message,
+        content.RUN_DURATION: "1s",  # would have ended it by now, had it run
+    }
+    manifest = pod_manifest("unpullable", annotations=annotations, containers=("main", "side"))
+    pod = await run_pod(admin_kubeconfig, namespace, manifest, waiting)
+    assert pod.status.phase == "Pending"
+    assert pod.spec.node_name.startswith(content.NODE_PREFIX)
+    assert pod.status.pod_ip
+    for status in pod.status.container_statuses:
+        assert status.state.waiting.reason == "ErrImagePull"
+        assert status.state.waiting.message == message
+        assert not status.ready
+        assert status.state.running is None
+        assert status.state.terminated is None
+    ready = next(c for c in pod.status.conditions if c.type == "Ready")
+    assert (ready.status, ready.reason) == ("False", "ContainersNotReady")
+    await asyncio.sleep(4)  # longer than run-duration and the default 3s
+    async with connect(admin_kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        later = await core.read_namespaced_pod("unpullable", namespace)
+        events = await core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=unpullable"
+        )
+    assert later.status.phase == "Pending"
+    assert [s.state.waiting.reason for s in later.status.container_statuses] == ["ErrImagePull"] * 2
+    assert later.status.container_statuses[0].restart_count == 0
+    assert any(e.type == "Warning" and e.reason == "Failed" for e in events.items)
+
+
+async def test_waiting_reason_without_message_gets_one(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    annotations = {content.WAITING_REASON: "CreateContainerConfigError"}
+    pod = await run_pod(
+        admin_kubeconfig, namespace, pod_manifest("misconfigured", annotations=annotations), waiting
+    )
+    state = pod.status.container_statuses[0].state.waiting
+    assert state.reason == "CreateContainerConfigError"
+    assert "CreateContainerConfigError" in state.message
+
+
+async def test_evict_on_attempt_evicts_only_the_pods_of_that_attempt(
+    admin_kubeconfig: Path, namespace: str
+) -> None:
+    attempt = content.ATTEMPT_LABEL
+    common = {content.EVICT_ON_ATTEMPT: "1", content.RUN_DURATION: "1s"}
+    pods = {
+        "first": pod_manifest("first", annotations=common, labels={attempt: "1"}),
+        "second": pod_manifest("second", annotations=common, labels={attempt: "2"}),
+        "unlabelled": pod_manifest("unlabelled", annotations=common),
+        "second-crash": pod_manifest(
+            "second-crash", annotations={**common, content.EXIT_CODE: "3"}, labels={attempt: "2"}
+        ),
+    }
+    done = await asyncio.gather(
+        *(
+            run_pod(admin_kubeconfig, namespace, m, phase_is("Succeeded", "Failed"))
+            for m in pods.values()
+        )
+    )
+    outcome = {p.metadata.name: p for p in done}
+    first = outcome["first"]
+    assert (first.status.phase, first.status.reason) == ("Failed", "Evicted")
+    assert any(c.type == "DisruptionTarget" for c in first.status.conditions)
+    for name in ("second", "unlabelled"):
+        pod = outcome[name]
+        assert (pod.status.phase, pod.status.reason) == ("Succeeded", None), name
+        assert pod.status.container_statuses[0].state.terminated.exit_code == 0
+    crash = outcome["second-crash"]
+    assert (crash.status.phase, crash.status.reason) == ("Failed", None)
+    assert crash.status.container_statuses[0].state.terminated.exit_code == 3
+    assert not any(c.type == "DisruptionTarget" for c in crash.status.conditions)
+
+
+# -- container logs through the API server (served by kwok) ------------------------------------
+
+
+async def open_log(api: client.ApiClient, namespace: str, pod: str, **query: str) -> Any:
+    """``GET .../pods/<pod>/log?<query>`` as a raw aiohttp response (a stream when following)."""
+    response = await api.call_api(
+        "/api/v1/namespaces/{namespace}/pods/{name}/log",
+        "GET",
+        path_params={"namespace": namespace, "name": pod},
+        query_params=list(query.items()),
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+    )
+    assert response.status == 200, await response.text()
+    return response
+
+
+async def next_line(response: Any, timeout_s: float = 10.0) -> str:
+    async with asyncio.timeout(timeout_s):
+        line: bytes = await response.content.readline()
+    return line.decode()
+
+
+async def running_pod(kubeconfig: Path, namespace: str, name: str) -> Any:
+    annotations = {content.RUN_DURATION: "300s"}
+    return await run_pod(
+        kubeconfig, namespace, pod_manifest(name, annotations=annotations), phase_is("Running")
+    )
+
+
+async def test_pod_log_is_read_and_followed_through_the_api_server(
+    admin_kubeconfig: Path, namespace: str, testbed: Testbed
+) -> None:
+    log = testbed.pod_log(namespace, "talker", "main")  # before the pod exists
+    log.write("hello from talker", "second line")
+    await running_pod(admin_kubeconfig, namespace, "talker")
+    async with connect(admin_kubeconfig) as api:
+        whole = await open_log(api, namespace, "talker", container="main")
+        assert await whole.text() == "hello from talker\nsecond line\n"
+        stream = await open_log(
+            api, namespace, "talker", container="main", follow="true", timestamps="true"
+        )
+        try:
+            stamp, _, text = (await next_line(stream)).partition(" ")
+            assert text == "hello from talker\n"
+            written = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+            assert abs(dt.datetime.now(dt.UTC) - written) < dt.timedelta(minutes=1)
+            assert (await next_line(stream)).endswith(" second line\n")
+            log.write("appended later", stream="stderr")
+            assert (await next_line(stream)).endswith(" appended later\n")
+        finally:
+            stream.close()
+    assert testbed.pod_log(namespace, "talker", "main") == log  # the same log, lines kept
+    assert "appended later" in log.text()
+
+
+async def test_pod_log_since_time_leaves_out_older_lines(
+    admin_kubeconfig: Path, namespace: str, testbed: Testbed
+) -> None:
+    log = testbed.pod_log(namespace, "chronicle", "main")
+    now = dt.datetime.now(dt.UTC)
+    log.write("an hour ago", at=now - dt.timedelta(hours=1))
+    log.write("a minute ago", at=now - dt.timedelta(minutes=1))
+    log.write("just now")
+    await running_pod(admin_kubeconfig, namespace, "chronicle")
+    since = (now - dt.timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    async with connect(admin_kubeconfig) as api:
+        recent = await open_log(api, namespace, "chronicle", container="main", sinceTime=since)
+        assert await recent.text() == "a minute ago\njust now\n"
+        last = await open_log(api, namespace, "chronicle", container="main", tailLines="1")
+        assert await last.text() == "just now\n"
+
+
+async def test_containers_without_a_log_print_nothing(
+    admin_kubeconfig: Path, namespace: str, pod_log: Callable[..., PodLog]
+) -> None:
+    pod_log(namespace, "pair").write("only main speaks")
+    manifest = pod_manifest("pair", annotations={content.RUN_DURATION: "300s"})
+    manifest["spec"]["containers"].append({"name": "sidecar", "image": "registry.example/s:1"})
+    await run_pod(admin_kubeconfig, namespace, manifest, phase_is("Running"))
+    await running_pod(admin_kubeconfig, namespace, "silent")
+    async with connect(admin_kubeconfig) as api:
+        main = await open_log(api, namespace, "pair", container="main")
+        sidecar = await open_log(api, namespace, "pair", container="sidecar")
+        silent = await open_log(api, namespace, "silent", container="main")
+        assert await main.text() == "only main speaks\n"
+        assert await sidecar.text() == ""
+        assert await silent.text() == ""
+
+
+# -- restarts (last: they break every connection to the test bed for a while) ------------------
+
+
+async def test_restarting_kwok_breaks_followed_logs_which_can_be_followed_again(
+    admin_kubeconfig: Path, namespace: str, testbed: Testbed
+) -> None:
+    log = testbed.pod_log(namespace, "resilient", "main")
+    log.write("before the restart")
+    await running_pod(admin_kubeconfig, namespace, "resilient")
+    async with connect(admin_kubeconfig) as api:
+        stream = await open_log(api, namespace, "resilient", container="main", follow="true")
+        try:
+            assert await next_line(stream) == "before the restart\n"
+            downtime = await asyncio.to_thread(testbed.restart, "kwok")
+            broken = False
+            try:
+                async with asyncio.timeout(20):
+                    broken = await stream.content.readline() == b""  # end of stream
+            except aiohttp.ClientPayloadError:
+                broken = True
+            assert broken
+        finally:
+            stream.close()
+        log.write("after the restart")
+        again = await open_log(api, namespace, "resilient", container="main", follow="true")
+        try:
+            assert await next_line(again) == "before the restart\n"
+            assert await next_line(again) == "after the restart\n"
+        finally:
+            again.close()
+        # kwok took its nodes over at once: a new pod runs without waiting for old leases.
+        core = client.CoreV1Api(api)
+        await core.create_namespaced_pod(
+            namespace, pod_manifest("next", annotations={content.RUN_DURATION: "1s"})
+        )
+        done = await wait_for(
+            core.list_namespaced_pod,
+            namespace,
+            name="next",
+            predicate=phase_is("Succeeded", "Failed"),
+            timeout_s=20,
+        )
+    assert done.status.phase == "Succeeded"
+    assert 0 < downtime < 30
+    assert testbed.status().up
+
+
+async def test_restarting_the_api_server_keeps_objects_and_old_watches_resume_or_get_410(
+    admin_kubeconfig: Path, namespace: str, testbed: Testbed
+) -> None:
+    async with connect(admin_kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        body: Any = {"metadata": {"name": "survivor"}, "data": {"state": "before"}}
+        await core.create_namespaced_config_map(namespace, body)
+        listed = await core.list_namespaced_config_map(namespace)
+        old_version = listed.metadata.resource_version
+    before = {c.name: c.pid for c in testbed.status().components}
+    downtime = await asyncio.to_thread(testbed.restart, "kube-apiserver")
+    assert 0 < downtime < 60
+    state = testbed.status()
+    assert state.up
+    after = {c.name: c.pid for c in state.components}
+    assert after.keys() == before.keys()
+    # The API server crashed; what talks to it was restarted too (see Testbed.restart).
+    assert all(after[name] != before[name] for name in before), (before, after)
+    async with connect(admin_kubeconfig) as api:
+        core = client.CoreV1Api(api)
+        kept = await core.read_namespaced_config_map("survivor", namespace)
+        assert kept.data == {"state": "before"}
+        await core.patch_namespaced_config_map("survivor", namespace, {"data": {"state": "after"}})
+        seen: list[str] = []
+        refused: int | None = None
+        try:
+            async with asyncio.timeout(30), watch.Watch() as stream:
+                async for event in stream.stream(
+                    core.list_namespaced_config_map,
+                    namespace,
+                    field_selector="metadata.name=survivor",
+                    resource_version=old_version,
+                    timeout_seconds=20,
+                ):
+                    seen.append(event["object"].data.get("state", ""))
+                    if seen[-1] == "after":
+                        break
+        except ApiException as exc:
+            refused = exc.status
+        assert refused == 410 or (refused is None and seen[-1:] == ["after"]), (refused, seen)
+        # The rest of the test bed works at once: a pod is scheduled and run by kwok.
+        await core.create_namespaced_pod(
+            namespace, pod_manifest("afterwards", annotations={content.RUN_DURATION: "1s"})
+        )
+        done = await wait_for(
+            core.list_namespaced_pod,
+            namespace,
+            name="afterwards",
+            predicate=phase_is("Succeeded", "Failed"),
+            timeout_s=20,
+        )
+    assert done.status.phase == "Succeeded"

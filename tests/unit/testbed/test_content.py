@@ -28,7 +28,7 @@ def test_node_without_gpus_does_not_advertise_any() -> None:
 
 def test_kwok_configuration_sets_every_parallelism() -> None:
     # kwok applies no defaults to a configuration file; a zero parallelism stops it.
-    options = content.kwok_configuration()["options"]
+    options = content.kwok_configuration(node_port=28447)["options"]
     for key in (
         "podPlayStageParallelism",
         "nodePlayStageParallelism",
@@ -38,6 +38,15 @@ def test_kwok_configuration_sets_every_parallelism() -> None:
     ):
         assert options[key] > 0, key
     assert options["manageNodesWithAnnotationSelector"] == "kwok.x-k8s.io/node=fake"
+
+
+def test_kwok_is_the_nodes_kubelet_on_loopback() -> None:
+    options = content.kwok_configuration(node_port=29847)["options"]
+    assert options["nodeIP"] == "127.0.0.1"
+    assert options["nodePort"] == 29847
+    assert options["enableDebuggingHandlers"] is True  # the /containerLogs handler
+    node_stage = (content.STAGES_DIR / "node.yaml").read_text()
+    assert "Port: {{ NodePort }}" in node_stage
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,9 @@ def test_pod_stages_cover_the_documented_annotations() -> None:
         content.EXIT_CODE,
         content.FAIL_REASON,
         content.EVICT,
+        content.EVICT_ON_ATTEMPT,
+        content.WAITING_REASON,
+        content.WAITING_MESSAGE,
     ):
         assert f'"{annotation}"' in text, annotation
     isvc = (content.STAGES_DIR / "inferenceservice.yaml").read_text()
@@ -83,9 +95,51 @@ def test_pod_stages_cover_the_documented_annotations() -> None:
         content.EXIT_CODE,
         content.FAIL_REASON,
         content.EVICT,
+        content.EVICT_ON_ATTEMPT,
+        content.WAITING_REASON,
+        content.WAITING_MESSAGE,
         content.NEVER_READY,
         content.READY_DELAY,
     }
+
+
+def _pod_stage(stages: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(s for s in stages if s["metadata"]["name"] == name)
+
+
+def _keys(stage: dict[str, Any]) -> dict[str, tuple[str, list[str]]]:
+    return {
+        e["key"]: (e["operator"], e.get("values", []))
+        for e in stage["spec"]["selector"]["matchExpressions"]
+    }
+
+
+def test_eviction_is_decided_by_one_expression_in_every_pod_stage(
+    stages: list[dict[str, Any]],
+) -> None:
+    evict_keys = {
+        key
+        for stage in stages
+        for key in _keys(stage)
+        if content.EVICT_ON_ATTEMPT in key or f'"{content.EVICT}"' in key
+    }
+    assert len(evict_keys) == 1  # the same jq expression everywhere
+    (key,) = evict_keys
+    assert content.ATTEMPT_LABEL in key
+    assert _keys(_pod_stage(stages, "testbed-pod-evicted"))[key] == ("In", ["true"])
+    for name in ("testbed-pod-succeeded", "testbed-pod-failed", "testbed-pod-restarted"):
+        assert _keys(_pod_stage(stages, name))[key] == ("NotIn", ["true"]), name
+
+
+def test_waiting_pods_never_get_the_running_stage(stages: list[dict[str, Any]]) -> None:
+    key = f'.metadata.annotations["{content.WAITING_REASON}"]'
+    assert _keys(_pod_stage(stages, "testbed-pod-running"))[key] == ("DoesNotExist", [])
+    waiting = _pod_stage(stages, "testbed-pod-waiting")
+    assert _keys(waiting)[key] == ("Exists", [])
+    assert _keys(waiting)[".status.podIP"] == ("DoesNotExist", [])  # fires once
+    template = waiting["spec"]["steps"][0]["patch"]["template"]
+    assert "phase: Pending" in template
+    assert "waiting:" in template
 
 
 def test_crds_come_from_the_pinned_modules() -> None:
@@ -99,6 +153,7 @@ def test_crds_come_from_the_pinned_modules() -> None:
         "podgroups.scheduling.volcano.sh",
         "queues.scheduling.volcano.sh",
         "inferenceservices.serving.kserve.io",
+        "logs.kwok.x-k8s.io",
     ):
         assert expected in names
     isvc = next(m for m in manifests if m["metadata"]["name"].startswith("inferenceservices."))

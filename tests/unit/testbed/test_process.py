@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import sys
 import time
 from pathlib import Path
 
@@ -78,3 +80,42 @@ def test_unreadable_pid_files_read_as_none(tmp_path: Path) -> None:
     (tmp_path / "bad.pid").write_text("not json")
     assert process.read(tmp_path / "bad.pid") is None
     assert process.log_tail(tmp_path / "absent.log") == ""
+
+
+def test_kill_ends_a_process_at_once_even_if_it_ignores_sigterm(tmp_path: Path) -> None:
+    record = process.start(
+        [SH, "-c", "trap '' TERM; sleep 30"], log_file=tmp_path / "x.log", pid_file=tmp_path / "p"
+    )
+    time.sleep(0.2)
+    started = time.monotonic()
+    process.kill(record)
+    assert not process.is_alive(record)
+    assert time.monotonic() - started < 2
+    process.kill(record)  # gone already: nothing to do
+
+
+def test_a_killed_multithreaded_server_has_released_its_port(tmp_path: Path) -> None:
+    # The main thread turns zombie before the others are done: kill() waits for them, so the
+    # port is free for the restarted process.
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import socket, sys, threading, time\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+        "open(sys.argv[1], 'w').write(str(s.getsockname()[1]))\n"
+        "for _ in range(8): threading.Thread(target=time.sleep, args=(60,)).start()\n"
+        "time.sleep(60)\n"
+    )
+    port_file = tmp_path / "port"
+    record = process.start(
+        [sys.executable, str(script), str(port_file)],
+        log_file=tmp_path / "x.log",
+        pid_file=tmp_path / "p",
+    )
+    deadline = time.monotonic() + 10
+    while not port_file.is_file() or not port_file.read_text():
+        assert time.monotonic() < deadline, process.log_tail(tmp_path / "x.log")
+        time.sleep(0.05)
+    port = int(port_file.read_text())
+    process.kill(record)
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", port))  # no EADDRINUSE

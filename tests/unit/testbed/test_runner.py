@@ -14,7 +14,7 @@ from kubedl_prefect.testbed import Testbed as LazyTestbed
 from kubedl_prefect.testbed import process
 from kubedl_prefect.testbed.cli import app
 from kubedl_prefect.testbed.components import DEFAULT_PORT_BASE, Layout, Ports
-from kubedl_prefect.testbed.testbed import APISERVER, Testbed, _run
+from kubedl_prefect.testbed.testbed import APISERVER, KWOK, Testbed, _run
 
 
 def test_ports_are_distinct_loopback_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,3 +131,36 @@ def test_up_without_go_says_how_to_get_it(
     assert caught.value.hint is not None
     assert "Go 1.26" in caught.value.hint
     assert not (cache / "testbed" / "nogo" / "etcd").exists()
+
+
+def test_restart_names_the_components_it_knows(cache: Path) -> None:
+    bed = Testbed("restarts", ports=Ports(29600))
+    with pytest.raises(TestbedError, match="unknown test-bed component 'etcd'") as caught:
+        bed.restart("etcd")
+    assert caught.value.hint is not None
+    assert "kube-apiserver" in caught.value.hint
+    assert "kwok" in caught.value.hint
+
+
+def test_restart_of_a_stopped_component_says_to_start_the_test_bed(cache: Path) -> None:
+    with pytest.raises(TestbedError, match="kwok of test bed stopped is not running") as caught:
+        Testbed("stopped", ports=Ports(29700)).restart("kwok")
+    assert caught.value.hint is not None
+    assert "up" in caught.value.hint
+
+
+def test_cli_restart_of_an_unknown_component_fails_with_the_known_ones(cache: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["restart", "etcd", "--name", "nothing", "--port-base", "29400"]
+    )
+    assert result.exit_code == 1
+    assert "unknown test-bed component 'etcd'" in result.output
+
+
+def test_restart_refuses_a_binary_that_is_gone_and_not_rebuilt(cache: Path) -> None:
+    bed = Testbed("rebuilt", ports=Ports(29700))
+    record = process.ProcessRecord(pid=1, binary=str(cache / "bin" / "kwok-old"), started_at=0)
+    with pytest.raises(TestbedError, match=r"its binary .*kwok-old is gone") as caught:
+        bed._binary_of(KWOK, record)
+    assert caught.value.hint is not None
+    assert "down" in caught.value.hint
