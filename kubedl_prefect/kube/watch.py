@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from kubedl_prefect.errors import (
+    ForbiddenError,
     KubeAPIError,
     KubeConnectionError,
     KubeDLPrefectError,
@@ -68,6 +69,8 @@ class WatchSettings:
         backoff_initial_s: First delay before reconnecting after an error.
         backoff_max_s: Longest delay between reconnection attempts.
         linger_s: Keep an informer without subscribers running this long, for the next waiter.
+        forbidden_retries: Refusals (403) in a row tolerated before the watch fails: an API
+            server that has just restarted refuses requests until its RBAC caches are filled.
     """
 
     inactivity_timeout_s: float = 90.0
@@ -75,6 +78,7 @@ class WatchSettings:
     backoff_initial_s: float = 0.2
     backoff_max_s: float = 30.0
     linger_s: float = 30.0
+    forbidden_retries: int = 4
 
 
 @dataclass
@@ -258,17 +262,24 @@ class Informer:
     async def _run(self) -> None:
         backoff = self.settings.backoff_initial_s
         resource_version: str | None = None
+        refused = 0
         try:
             while True:
                 try:
                     if resource_version is None:
                         resource_version = await self._relist()
                     resource_version = await self._watch_once(resource_version)
-                    backoff = self.settings.backoff_initial_s
+                    backoff, refused = self.settings.backoff_initial_s, 0
                 except _Expired:
                     self.stats.expired += 1
                     resource_version = None
-                except (KubeConnectionError, ServerError):
+                except (KubeConnectionError, ServerError, ForbiddenError) as exc:
+                    # An API server that has just restarted may refuse requests until its RBAC
+                    # caches are filled: a few refusals in a row are tolerated, not more.
+                    if isinstance(exc, ForbiddenError):
+                        refused += 1
+                        if refused > self.settings.forbidden_retries:
+                            raise
                     self.stats.reconnects += 1
                     await asyncio.sleep(backoff * (0.5 + random.random()))
                     backoff = min(backoff * 2, self.settings.backoff_max_s)

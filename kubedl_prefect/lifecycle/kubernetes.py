@@ -33,6 +33,7 @@ from kubedl_prefect.errors import (
     JobCancelledError,
     JobFailedError,
     KubeAPIError,
+    NotFoundError,
     StartupTimeoutError,
     WaitTimeoutError,
 )
@@ -278,9 +279,13 @@ class KubernetesBackend:
 
     @contextlib.asynccontextmanager
     async def _follow(
-        self, ref: JobRef, *, events: bool = True
+        self, ref: JobRef, *, events: bool = True, require_job: bool = True
     ) -> AsyncIterator[tuple[_JobView, EventQueue]]:
-        """Subscribe to the job, its pods, PodGroups (and events) through the shared informers."""
+        """Subscribe to the job, its pods, PodGroups (and events) through the shared informers.
+
+        With ``require_job``, it first waits until the informer holds the job: a job created a
+        moment ago may not have reached a shared watch yet, which must not read as a deletion.
+        """
         client = await self._get_client()
         hub = shared_hub()
         job_kind = _job_kind(ref)
@@ -311,6 +316,12 @@ class KubernetesBackend:
                     event_log.select(lambda e: _event_about(e, ref.name)) if event_log else []
                 ),
             )
+            while require_job and not view.job():
+                try:
+                    await client.get(job_kind, self.namespace, ref.name)
+                except NotFoundError as exc:
+                    raise view.deleted() from exc
+                await next_event(queue)  # its ADDED event is on the way
             yield view, queue
 
     async def wait_admitted(
@@ -529,7 +540,7 @@ class KubernetesBackend:
         client = await self._get_client()
         await client.delete(_job_kind(ref), ref.namespace, ref.name, propagation="Foreground")
         deadline = _Deadline(timeout_s)
-        async with self._follow(ref, events=False) as (view, queue):
+        async with self._follow(ref, events=False, require_job=False) as (view, queue):
             while True:
                 left = [
                     f"{kind}/{obj['metadata']['name']}"
@@ -570,14 +581,17 @@ class _JobView:
         self.ref = ref
         self.job, self.pods, self.podgroups, self.events = job, pods, podgroups, events
 
+    def deleted(self) -> JobCancelledError:
+        return JobCancelledError(
+            f"{self.ref.kind} {self.ref.namespace}/{self.ref.name} was deleted while being "
+            "waited on",
+            hint="someone or something deleted it (a cancellation, TTL, or kubectl delete)",
+        )
+
     def current_job(self) -> KubeObject:
         jobs = self.job()
         if not jobs or (self.ref.uid and jobs[0]["metadata"].get("uid") != self.ref.uid):
-            raise JobCancelledError(
-                f"{self.ref.kind} {self.ref.namespace}/{self.ref.name} was deleted while being "
-                "waited on",
-                hint="someone or something deleted it (a cancellation, TTL, or kubectl delete)",
-            )
+            raise self.deleted()
         return jobs[0]
 
     def admission(self, job: KubeObject) -> AdmissionState:

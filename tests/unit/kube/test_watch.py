@@ -109,7 +109,8 @@ async def test_gone_lists_again_and_reports_what_changed_meanwhile() -> None:
 async def test_forbidden_ends_the_informer_and_reaches_subscribers() -> None:
     client = ScriptedClient(
         lists=[ObjectList([], "1")],
-        watches=[[ForbiddenError("no watch for you", status=403)]],
+        # Refusals are tolerated a few times in a row (an API server just restarted), not more.
+        watches=[[ForbiddenError("no watch for you", status=403)]] * (FAST.forbidden_retries + 1),
     )
     informer = Informer(client, PODS, "ns", FAST)  # type: ignore[arg-type]
     subscription = informer.subscribe(lambda o: True)
@@ -117,6 +118,7 @@ async def test_forbidden_ends_the_informer_and_reaches_subscribers() -> None:
     with pytest.raises(WatchError, match="no watch for you") as caught:
         await asyncio.wait_for(subscription.next(), 5)
     assert not caught.value.retryable
+    assert informer.stats.reconnects == FAST.forbidden_retries
     with pytest.raises(WatchError):  # and again for later calls
         await subscription.next()
 
