@@ -38,11 +38,16 @@ from kubedl_prefect.testbed.components import (
     Identity,
     Layout,
 )
-from kubedl_prefect.testbed.upstream import KUBEDL, KUBEFLOW_TRAINING, GoModule, module_file
+from kubedl_prefect.testbed.upstream import (
+    KUBEDL,
+    KUBEFLOW_TRAINING,
+    VOLCANO,
+    module_file,
+)
 
-#: The Volcano release whose scheduler is built. Not ``upstream.VOLCANO`` (v1.15.0): that release
-#: needs a ``volcano.sh/apis`` newer than any the module proxy serves (docs/operators.md).
-VOLCANO_SCHEDULER = GoModule("volcano.sh/volcano", "v1.14.1")
+#: The Volcano release whose scheduler is built and whose CRDs are installed: v1.14.1, since
+#: v1.15.0 needs a ``volcano.sh/apis`` newer than any the module proxy serves (docs/operators.md).
+VOLCANO_SCHEDULER = VOLCANO
 #: The published ``volcano.sh/apis`` it builds with (upstream uses a local staging copy).
 VOLCANO_APIS_VERSION = "v1.14.0"
 

@@ -29,7 +29,7 @@ KUBERNETES = GoModule("k8s.io/kubernetes", "v1.34.4")
 KWOK = GoModule("sigs.k8s.io/kwok", "v0.8.0")
 KUBEDL = GoModule("github.com/alibaba/kubedl", "v0.5.0")
 KUBEFLOW_TRAINING = GoModule("github.com/kubeflow/training-operator", "v1.9.3")
-VOLCANO = GoModule("volcano.sh/volcano", "v1.15.0")
+VOLCANO = GoModule("volcano.sh/volcano", "v1.14.1")
 KSERVE = GoModule("github.com/kserve/kserve", "v0.20.0")
 
 
