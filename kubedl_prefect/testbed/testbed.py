@@ -165,17 +165,24 @@ def _apiserver_args(ctx: ComponentContext) -> list[str]:
     ]
 
 
-def _controller_manager_args(ctx: ComponentContext) -> list[str]:
-    layout = ctx.layout
+def _secure_component_args(ctx: ComponentContext, port: int) -> list[str]:
+    """Flags of a control-plane component that uses its own kubeconfig and serves HTTPS."""
     return [
         f"--kubeconfig={ctx.kubeconfig}",
         f"--authentication-kubeconfig={ctx.kubeconfig}",
         f"--authorization-kubeconfig={ctx.kubeconfig}",
         f"--bind-address={LOOPBACK}",
-        f"--secure-port={layout.ports.controller_manager}",
+        f"--secure-port={port}",
         f"--tls-cert-file={ctx.serving_cert}",
         f"--tls-private-key-file={ctx.serving_key}",
         "--leader-elect=false",
+    ]
+
+
+def _controller_manager_args(ctx: ComponentContext) -> list[str]:
+    layout = ctx.layout
+    return [
+        *_secure_component_args(ctx, layout.ports.controller_manager),
         "--use-service-account-credentials=true",
         f"--root-ca-file={layout.ca_file}",
         f"--service-account-private-key-file={layout.pki_dir / 'sa.key'}",
@@ -191,18 +198,7 @@ def _controller_manager_args(ctx: ComponentContext) -> list[str]:
 
 
 def _scheduler_args(ctx: ComponentContext) -> list[str]:
-    layout = ctx.layout
-    return [
-        f"--kubeconfig={ctx.kubeconfig}",
-        f"--authentication-kubeconfig={ctx.kubeconfig}",
-        f"--authorization-kubeconfig={ctx.kubeconfig}",
-        f"--bind-address={LOOPBACK}",
-        f"--secure-port={layout.ports.scheduler}",
-        f"--tls-cert-file={ctx.serving_cert}",
-        f"--tls-private-key-file={ctx.serving_key}",
-        "--leader-elect=false",
-        "--profiling=false",
-    ]
+    return [*_secure_component_args(ctx, ctx.layout.ports.scheduler), "--profiling=false"]
 
 
 def _kwok_args(ctx: ComponentContext) -> list[str]:
