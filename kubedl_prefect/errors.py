@@ -29,12 +29,27 @@ Tree::
     ├── TestbedError                   the local test bed could not be built or started
     ├── RegistryError                  the model registry refused or failed
     └── ServingError                   the inference service could not be deployed
+
+Errors travel: Prefect keeps a failed task's exception in its state, and results cross processes,
+so every error pickles with all it carries (message, hint, ``retryable``, its typed fields, a
+chained ``__cause__``). The root's :meth:`KubeDLPrefectError.__reduce__` rebuilds an error from
+its instance dictionary without calling ``__init__``, so a subclass needs nothing of its own to
+pickle, whatever its constructor's signature.
+
+The data an error carries lives here too, below every other layer: :class:`SpecIssue` and the
+diagnosis of a failed job (:class:`Diagnosis`, :class:`FailureCategory`), which
+:mod:`kubedl_prefect.lifecycle.diagnosis` computes and re-exports.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import pickle
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final, TypeVar
+
+_E = TypeVar("_E", bound="KubeDLPrefectError")
 
 
 class KubeDLPrefectError(Exception):
@@ -58,6 +73,51 @@ class KubeDLPrefectError(Exception):
         if self.hint:
             return f"{self.message}\n  hint: {self.hint}"
         return self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle as (class, ``args``, instance dictionary, cause): no ``__init__`` call needed.
+
+        The default pickling of exceptions calls ``cls(*args)``, which fails or loses fields for
+        constructors with keyword-only or derived arguments, and it drops ``__cause__``. A
+        cause that cannot itself be pickled travels as an :class:`UnpicklableCause`.
+        """
+        return (
+            _rebuild,
+            (type(self), self.args, dict(self.__dict__), _portable_cause(self.__cause__)),
+        )
+
+
+class UnpicklableCause(Exception):
+    """Stands in, after pickling, for a chained cause that could not be pickled.
+
+    Its message is the original cause's qualified type name and text
+    (``aiohttp.client_exceptions.ClientConnectorError: Cannot connect to host ...``).
+    """
+
+
+def _rebuild(
+    cls: type[_E],
+    args: tuple[Any, ...],
+    state: dict[str, Any],
+    cause: BaseException | None,
+) -> _E:
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(state)
+    if cause is not None:
+        error.__cause__ = cause
+    return error
+
+
+def _portable_cause(cause: BaseException | None) -> BaseException | None:
+    """``cause`` if it survives a pickle round trip, else a :class:`UnpicklableCause` for it."""
+    if cause is None or isinstance(cause, KubeDLPrefectError):
+        return cause
+    try:
+        pickle.loads(pickle.dumps(cause))
+    except Exception:
+        kind = type(cause)
+        return UnpicklableCause(f"{kind.__module__}.{kind.__qualname__}: {cause}")
+    return cause
 
 
 @dataclass(frozen=True)
@@ -190,6 +250,129 @@ class CompletionTimeoutError(WaitTimeoutError):
     phase = "completion"
 
 
+class FailureCategory(StrEnum):
+    """Causes of a failed job: a stable contract, automations may match on these values.
+
+    The set is open: later versions add categories (never rename or remove one). Code that reads
+    recorded categories should expect values it does not know; :meth:`Diagnosis.from_dict` reads
+    them as :attr:`UNKNOWN`.
+    """
+
+    EVICTED = "Evicted"
+    PREEMPTED = "Preempted"
+    NODE_LOST = "NodeLost"
+    KILLED = "Killed"
+    NCCL_TIMEOUT = "NCCLTimeout"
+    IMAGE_PULL = "ImagePullError"
+    INVALID_IMAGE = "InvalidImageName"
+    CONTAINER_CONFIG = "ContainerConfigError"
+    OUT_OF_MEMORY = "OutOfMemory"
+    COMMAND_NOT_RUNNABLE = "CommandNotRunnable"
+    USER_CODE = "UserCodeError"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    UNKNOWN = "Unknown"
+
+
+RETRYABLE_CATEGORIES: Final = frozenset(
+    {
+        FailureCategory.EVICTED,
+        FailureCategory.PREEMPTED,
+        FailureCategory.NODE_LOST,
+        FailureCategory.KILLED,
+        FailureCategory.NCCL_TIMEOUT,
+    }
+)
+"""The categories whose failures resubmitting the same spec may cure (infrastructure, network)."""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A failure's cause, where it happened, and what to do.
+
+    Args:
+        category: The cause.
+        retryable: Whether resubmitting the same spec may succeed.
+        replica: The replica that showed it (``worker-1``), if one did.
+        exit_code: The container's exit code, if it exited.
+        message: One line that says what happened.
+        hint: What to do about it.
+
+    Example:
+        >>> d = Diagnosis(FailureCategory.KILLED, True, "worker-1", 137, "killed", "resume")
+        >>> d.summary()
+        'Killed on worker-1 (exit code 137): killed'
+        >>> Diagnosis.from_dict(d.to_dict()) == d
+        True
+    """
+
+    category: FailureCategory
+    retryable: bool
+    replica: str | None
+    exit_code: int | None
+    message: str
+    hint: str
+
+    def summary(self) -> str:
+        """One line for logs and events."""
+        where = f" on {self.replica}" if self.replica else ""
+        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
+        return f"{self.category}{where}{code}: {self.message}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able data (camelCase keys, the category's value): for records and events.
+
+        Example:
+            >>> Diagnosis(FailureCategory.USER_CODE, False, None, 1, "exit 1", "read it").to_dict()
+            {'category': 'UserCodeError', 'retryable': False, 'replica': None, 'exitCode': 1, \
+'message': 'exit 1', 'hint': 'read it'}
+        """
+        return {
+            "category": self.category.value,
+            "retryable": self.retryable,
+            "replica": self.replica,
+            "exitCode": self.exit_code,
+            "message": self.message,
+            "hint": self.hint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
+        """Rebuild a diagnosis written by :meth:`to_dict`.
+
+        A category this version does not know (written by a newer one) reads as
+        :attr:`FailureCategory.UNKNOWN`; ``retryable`` is kept as recorded.
+
+        Raises:
+            ValueError: If ``data`` lacks a field or a field has the wrong type.
+        """
+        try:
+            raw_category = data["category"]
+            retryable = data["retryable"]
+            replica = data.get("replica")
+            exit_code = data.get("exitCode")
+            message = data["message"]
+            hint = data["hint"]
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"not a recorded diagnosis: missing {exc}") from exc
+        if not (
+            isinstance(raw_category, str)
+            and isinstance(retryable, bool)
+            and (replica is None or isinstance(replica, str))
+            and (
+                exit_code is None
+                or (isinstance(exit_code, int) and not isinstance(exit_code, bool))
+            )
+            and isinstance(message, str)
+            and isinstance(hint, str)
+        ):
+            raise ValueError(f"not a recorded diagnosis: a field has the wrong type in {data!r}")
+        try:
+            category = FailureCategory(raw_category)
+        except ValueError:
+            category = FailureCategory.UNKNOWN
+        return cls(category, retryable, replica, exit_code, message, hint)
+
+
 class JobFailedError(KubeDLPrefectError):
     """The training job failed. ``retryable`` follows the diagnosed cause.
 
@@ -204,7 +387,7 @@ class JobFailedError(KubeDLPrefectError):
         *,
         hint: str | None = None,
         retryable: bool | None = None,
-        diagnosis: object | None = None,
+        diagnosis: Diagnosis | None = None,
         attempts: int = 1,
     ):
         super().__init__(message, hint=hint, retryable=retryable)

@@ -3,7 +3,8 @@
 Input is what the cluster shows after the fact: the job, its pods (container states, exit codes,
 pod reasons, disruption conditions), events, and the last log lines of each replica. Output is a
 :class:`Diagnosis` whose :class:`FailureCategory` is a stable contract and whose ``retryable`` flag
-is the only thing the retry policy reads.
+is the only thing the retry policy reads. Those data types live in :mod:`kubedl_prefect.errors`
+(a :class:`~kubedl_prefect.errors.JobFailedError` carries one) and are re-exported here.
 
 Precedence, when several replicas failed differently: errors in the pod's configuration (image,
 container config) come first, because nothing else can succeed until they are fixed; then
@@ -20,39 +21,19 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import StrEnum
 
+from kubedl_prefect.errors import RETRYABLE_CATEGORIES, Diagnosis, FailureCategory
 from kubedl_prefect.kube.resources import KubeObject
 
+__all__ = [
+    "RETRYABLE_CATEGORIES",
+    "Diagnosis",
+    "FailureCategory",
+    "diagnose",
+    "replica_name",
+    "stuck_for_good",
+]
 
-class FailureCategory(StrEnum):
-    """Causes of a failed job (a stable contract: automations may match on these)."""
-
-    EVICTED = "Evicted"
-    PREEMPTED = "Preempted"
-    NODE_LOST = "NodeLost"
-    KILLED = "Killed"
-    NCCL_TIMEOUT = "NCCLTimeout"
-    IMAGE_PULL = "ImagePullError"
-    INVALID_IMAGE = "InvalidImageName"
-    CONTAINER_CONFIG = "ContainerConfigError"
-    OUT_OF_MEMORY = "OutOfMemory"
-    COMMAND_NOT_RUNNABLE = "CommandNotRunnable"
-    USER_CODE = "UserCodeError"
-    DEADLINE_EXCEEDED = "DeadlineExceeded"
-    UNKNOWN = "Unknown"
-
-
-RETRYABLE_CATEGORIES = frozenset(
-    {
-        FailureCategory.EVICTED,
-        FailureCategory.PREEMPTED,
-        FailureCategory.NODE_LOST,
-        FailureCategory.KILLED,
-        FailureCategory.NCCL_TIMEOUT,
-    }
-)
 
 _HINTS: dict[FailureCategory, str] = {
     FailureCategory.EVICTED: "the node ran short of resources; the job resumes from its checkpoint",
@@ -90,33 +71,6 @@ _NCCL_TIMEOUT = re.compile(
     r"ProcessGroupNCCL.*Timeout",
     re.I,
 )
-
-
-@dataclass(frozen=True)
-class Diagnosis:
-    """A failure's cause, where it happened, and what to do.
-
-    Args:
-        category: The cause.
-        retryable: Whether resubmitting the same spec may succeed.
-        replica: The replica that showed it (``worker-1``), if one did.
-        exit_code: The container's exit code, if it exited.
-        message: One line that says what happened.
-        hint: What to do about it.
-    """
-
-    category: FailureCategory
-    retryable: bool
-    replica: str | None
-    exit_code: int | None
-    message: str
-    hint: str
-
-    def summary(self) -> str:
-        """One line for logs and events."""
-        where = f" on {self.replica}" if self.replica else ""
-        code = f" (exit code {self.exit_code})" if self.exit_code is not None else ""
-        return f"{self.category}{where}{code}: {self.message}"
 
 
 def _diagnosis(
