@@ -25,22 +25,24 @@ from kubedl_prefect.spec.io import (
     loads_spec,
     spec_to_data,
 )
-from kubedl_prefect.spec.model import (
+from kubedl_prefect.spec.kube_types import (
     Affinity,
+    EmptyDir,
+    EnvValue,
+    HostPath,
+    Resources,
+    Toleration,
+    Volume,
+)
+from kubedl_prefect.spec.model import (
     Checkpoint,
     ContainerSettings,
     Elastic,
-    EmptyDir,
-    EnvValue,
     Gang,
-    HostPath,
     Network,
     ResolvedRole,
-    Resources,
     RoleSpec,
-    Toleration,
     TrainingJobSpec,
-    Volume,
 )
 from kubedl_prefect.spec.naming import (
     ATTEMPT_SUFFIX_MAX_LENGTH,

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final
 
 from kubedl_prefect.errors import SpecIssue
-from kubedl_prefect.spec.naming import max_spec_name_length
+from kubedl_prefect.spec.naming import LONGEST_ATTEMPT_SUFFIX, max_spec_name_length
 from kubedl_prefect.spec.quantity import parse_quantity
 from kubedl_prefect.spec.types import (
     CHECKPOINT_ENV,
@@ -26,7 +26,8 @@ from kubedl_prefect.spec.types import (
 )
 
 if TYPE_CHECKING:
-    from kubedl_prefect.spec.model import ResolvedRole, Resources, TrainingJobSpec
+    from kubedl_prefect.spec.kube_types import Resources
+    from kubedl_prefect.spec.model import ResolvedRole, TrainingJobSpec
 
 CHECKPOINT_VOLUME = "kubedl-prefect-checkpoint"
 """Name of the volume that mounts ``checkpoint.pvc``."""
@@ -132,8 +133,8 @@ def _name_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
         yield SpecIssue(
             "name",
             f"the name is {len(spec.name)} characters; at most {limit} are allowed for this spec "
-            "(pod names add the attempt suffix '-xxxxxx-a99' and the longest role suffix, and "
-            "must fit 63 characters)",
+            f"(pod names add the attempt suffix '{LONGEST_ATTEMPT_SUFFIX}' and the longest role "
+            "suffix, and must fit 63 characters)",
             f"shorten the name to {limit} characters or fewer",
         )
 

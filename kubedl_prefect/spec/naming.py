@@ -3,13 +3,20 @@
 A job submitted by the lifecycle is named ``<spec name>-<key hash>-a<attempt>``
 (:func:`job_name`): deterministic, so a retried submission finds the job it already created,
 and distinct per attempt. The operators then name pods and services
-``<job>-<role>-<index>`` (``mnist-1a2b3c-a1-worker-15``), which must still be a DNS-1035 label of
-at most 63 characters: :func:`max_spec_name_length` is the budget left for the spec's own name.
+``<job>-<role>-<index>`` (``mnist-siru7c5qacsk-a1-worker-15``), which must still be a DNS-1035
+label of at most 63 characters: :func:`max_spec_name_length` is the budget left for the spec's own
+name.
+
+The key hash is 12 characters of lower-case base32 (``a-z``, ``2-7``): 60 bits, so that even a
+million keys under one spec name collide with a probability below one in a million (birthday
+bound ``n**2 / 2**61``, about 4e-7), in 3 characters fewer than hex would need.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import math
 import re
 from collections.abc import Iterable
 from typing import Final
@@ -23,14 +30,23 @@ DNS1035_MAX: Final = 63
 DNS1035_PATTERN: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 """A DNS-1035 label: lower-case letters, digits and ``-``; starts with a letter."""
 
-KEY_HASH_LENGTH: Final = 6
-"""Hex characters of the key's SHA-256 in a job name."""
+KEY_HASH_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz234567"
+"""The characters of a key hash: RFC 4648 base32, lower-cased (valid in DNS labels)."""
+
+KEY_HASH_LENGTH: Final = 12
+"""Base32 characters of the key's SHA-256 in a job name."""
+
+KEY_HASH_BITS: Final = KEY_HASH_LENGTH * int(math.log2(len(KEY_HASH_ALPHABET)))
+"""Bits of the key's SHA-256 a job name keeps: 60."""
 
 MAX_ATTEMPT: Final = 99
 """Highest attempt number a job name can carry."""
 
-ATTEMPT_SUFFIX_MAX_LENGTH: Final = len(f"-{'0' * KEY_HASH_LENGTH}-a{MAX_ATTEMPT}")
-"""Longest suffix :func:`job_name` appends to a spec's name (``-1a2b3c-a99``: 11 characters)."""
+LONGEST_ATTEMPT_SUFFIX: Final = f"-{'x' * KEY_HASH_LENGTH}-a{MAX_ATTEMPT}"
+"""The shape of the longest suffix :func:`job_name` appends: ``-xxxxxxxxxxxx-a99``."""
+
+ATTEMPT_SUFFIX_MAX_LENGTH: Final = len(LONGEST_ATTEMPT_SUFFIX)
+"""Length of the longest suffix :func:`job_name` appends to a spec's name: 17 characters."""
 
 
 def is_dns1035_label(name: str) -> bool:
@@ -39,8 +55,14 @@ def is_dns1035_label(name: str) -> bool:
 
 
 def key_hash(key: str) -> str:
-    """The first 6 lower-case hex characters of the SHA-256 of ``key``."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:KEY_HASH_LENGTH]
+    """The first 12 characters of the lower-case base32 SHA-256 of ``key`` (60 bits).
+
+    Example:
+        >>> key_hash("run-42")
+        'siru7c5qacsk'
+    """
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return base64.b32encode(digest).decode("ascii").lower()[:KEY_HASH_LENGTH]
 
 
 def job_name(spec_name: str, key: str, attempt: int) -> str:
@@ -56,7 +78,7 @@ def job_name(spec_name: str, key: str, attempt: int) -> str:
 
     Example:
         >>> job_name("mnist", "run-42", 1)
-        'mnist-92234f-a1'
+        'mnist-siru7c5qacsk-a1'
     """
     if not 1 <= attempt <= MAX_ATTEMPT:
         raise SpecError(

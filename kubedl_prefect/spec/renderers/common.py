@@ -13,12 +13,8 @@ from typing import Any
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import CHECKPOINT_VOLUME
-from kubedl_prefect.spec.model import (
-    EnvValue,
-    ResolvedRole,
-    TrainingJobSpec,
-    Volume,
-)
+from kubedl_prefect.spec.kube_types import EnvValue, Volume
+from kubedl_prefect.spec.model import ResolvedRole, TrainingJobSpec
 from kubedl_prefect.spec.naming import (
     DNS1035_MAX,
     is_dns1035_label,

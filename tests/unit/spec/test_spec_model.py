@@ -213,22 +213,24 @@ def test_name_must_be_dns1035() -> None:
 
 
 def test_name_length_depends_on_the_roles() -> None:
-    # master + 2 workers: longest suffix "-worker-1" (9), attempt suffix 11 -> 63 - 20 = 43.
-    parse_spec(minimal(name="a" * 43))
-    (issue,) = rejected(minimal(name="a" * 44)).issues
+    # master + 2 workers: longest suffix "-worker-1" (9), attempt suffix "-<12>-a99" (17):
+    # 63 - 26 = 37.
+    parse_spec(minimal(name="a" * 37))
+    (issue,) = rejected(minimal(name="a" * 38)).issues
     assert issue.path == "name"
-    assert "at most 43" in issue.problem
-    # 16 workers: "-worker-15" (10) leaves 42.
-    (issue,) = rejected(minimal(name="a" * 43, replicas={"master": 1, "worker": 16})).issues
-    assert "at most 42" in issue.problem
+    assert "at most 37" in issue.problem
+    assert "'-xxxxxxxxxxxx-a99'" in issue.problem
+    # 16 workers: "-worker-15" (10) leaves 36.
+    (issue,) = rejected(minimal(name="a" * 37, replicas={"master": 1, "worker": 16})).issues
+    assert "at most 36" in issue.problem
 
 
 def test_elastic_maximum_counts_for_the_name_length() -> None:
     data = minimal(
-        name="a" * 43, replicas={"worker": 2}, elastic={"minReplicas": 1, "maxReplicas": 11}
+        name="a" * 37, replicas={"worker": 2}, elastic={"minReplicas": 1, "maxReplicas": 11}
     )
     (issue,) = rejected(data).issues
-    assert "at most 42" in issue.problem
+    assert "at most 36" in issue.problem
 
 
 @pytest.mark.parametrize(
