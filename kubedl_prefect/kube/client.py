@@ -5,25 +5,31 @@ configuration, credentials, TLS, the aiohttp session) and makes every request it
 method, so that errors are translated in one place, requests can be counted, and watch and log
 streams are read line by line without the generated client's watch helper.
 
+Stream bodies are read in chunks and split into lines here, with bounded memory: a watch event up
+to :data:`MAX_WATCH_EVENT_BYTES` arrives whole (an object in etcd is at most about 1.5 MiB), and a
+log line up to :data:`MAX_LOG_LINE_BYTES` (longer ones are cut, with a marker).
+
+Clients are made from credentials by :func:`kubedl_prefect.kube.credentials.connect`.
+
 Example:
     >>> async def show(path: str) -> None:  # doctest: +SKIP
-    ...     async with await KubeClient.from_kubeconfig(path) as kube:
+    ...     async with await connect(KubeconfigFile(path)) as kube:
     ...         pods = await kube.list(PODS, "default")
     ...         print([p["metadata"]["name"] for p in pods.items])
 """
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
+from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
-from kubernetes_asyncio.config.config_exception import ConfigException
 
 from kubedl_prefect.errors import (
     ConflictError,
@@ -31,13 +37,32 @@ from kubedl_prefect.errors import (
     InvalidObjectError,
     KubeAPIError,
     KubeConnectionError,
+    KubeDLPrefectError,
     NotFoundError,
     ServerError,
+    WatchError,
 )
 from kubedl_prefect.kube.resources import PODS, KubeObject, ResourceKind
 
 PatchType = Literal["merge", "strategic", "json"]
 PropagationPolicy = Literal["Foreground", "Background", "Orphan"]
+
+MAX_WATCH_EVENT_BYTES = 16 * 1024 * 1024
+"""The largest watch event accepted (one JSON line).
+
+Objects are limited to about 1.5 MiB in etcd; their JSON, with escaping, stays well below this. A
+larger event ends the watch with :class:`~kubedl_prefect.errors.WatchError`.
+"""
+
+MAX_LOG_LINE_BYTES = 4 * 1024 * 1024
+"""The longest log line delivered whole; the rest of a longer line is dropped.
+
+A truncated line ends with :data:`LOG_TRUNCATION_MARKER` (formatted with the number of bytes
+dropped), so that no stream buffers more than this, however long a container's line.
+"""
+
+LOG_TRUNCATION_MARKER = " [kubedl-prefect: line truncated, {dropped} more bytes dropped]"
+"""Appended to a log line longer than :data:`MAX_LOG_LINE_BYTES`."""
 
 _PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",
@@ -98,14 +123,25 @@ def api_error(status: int, body: str, action: str) -> KubeAPIError:
 class KubeClient:
     """An async client for one cluster (one identity), sharing one connection pool.
 
-    Create it with :meth:`from_kubeconfig` or :meth:`from_incluster`; close it with
-    :meth:`close` or ``async with``. Every method raises only :class:`KubeAPIError` subclasses.
+    Create it with :func:`kubedl_prefect.kube.credentials.connect` (any kind of credentials), or
+    :meth:`from_kubeconfig` / :meth:`from_incluster`; close it with :meth:`close` or
+    ``async with``. Every method raises only :class:`KubeAPIError` subclasses, except that a watch
+    stream that cannot be read raises :class:`WatchError`.
+
+    Args:
+        api_client: The configured ``kubernetes_asyncio`` client (its session and credentials).
+        cluster_id: Identifies the server and identity (the credentials' session key).
+        server: The API server's URL; by default the configuration's host, without user info.
     """
 
-    def __init__(self, api_client: k8s_client.ApiClient, *, cluster_id: str):
+    def __init__(
+        self, api_client: k8s_client.ApiClient, *, cluster_id: str, server: str | None = None
+    ):
         self._api = api_client
         self.cluster_id = cluster_id
         """Identifies the server and identity; shared watches are keyed by it."""
+        self.server = public_url(server or str(api_client.configuration.host))
+        """The API server's URL (``https://host:port``), never with credentials in it."""
         self.request_count = 0
         """How many HTTP requests (including watch and log streams) this client has started."""
 
@@ -113,44 +149,32 @@ class KubeClient:
     async def from_kubeconfig(
         cls, path: str | None = None, *, context: str | None = None
     ) -> KubeClient:
-        """A client from a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``None``)."""
-        configuration = k8s_client.Configuration()
-        try:
-            await k8s_config.load_kube_config(
-                config_file=path, context=context, client_configuration=configuration
-            )
-        except (ConfigException, OSError, ValueError) as exc:
-            raise KubeConnectionError(
-                f"could not load kubeconfig {path or '(default)'}: {exc}",
-                hint="pass the path of a valid kubeconfig, or set KUBECONFIG",
-                retryable=False,
-            ) from exc
-        return cls._from_configuration(configuration, context)
+        """A client from a kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config`` when ``None``).
+
+        Same as ``connect(KubeconfigFile(path, context))``.
+        """
+        from kubedl_prefect.kube.credentials import KubeconfigFile, connect
+
+        return await connect(KubeconfigFile(path, context))
 
     @classmethod
     def from_incluster(cls) -> KubeClient:
-        """A client for the cluster this process runs in (its ServiceAccount)."""
-        configuration = k8s_client.Configuration()
-        try:
-            k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        except ConfigException as exc:
-            raise KubeConnectionError(
-                f"not running inside a Kubernetes pod: {exc}",
-                hint="use a kubeconfig outside a cluster",
-                retryable=False,
-            ) from exc
-        return cls._from_configuration(configuration, "in-cluster")
+        """A client for the cluster this process runs in (its ServiceAccount).
+
+        Same as ``connect(InCluster())``, usable without awaiting.
+        """
+        from kubedl_prefect.kube.credentials import connect_incluster
+
+        return connect_incluster()
 
     @classmethod
     def _from_configuration(
-        cls, configuration: k8s_client.Configuration, identity: str | None
+        cls, configuration: k8s_client.Configuration, *, cluster_id: str
     ) -> KubeClient:
         # Watches and log follows each hold a connection for as long as they run.
         configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize, 256)
         api = k8s_client.ApiClient(configuration)
-        return cls(api, cluster_id=f"{configuration.host}#{identity or 'default'}")
+        return cls(api, cluster_id=cluster_id)
 
     async def close(self) -> None:
         """Close the connection pool."""
@@ -178,24 +202,39 @@ class KubeClient:
         content_type: str = "application/json",
         read_timeout_s: float | None = None,
     ) -> aiohttp.ClientResponse:
-        """Start a request; return the open response (status 2xx) or raise our error."""
+        """Start a request; return the open response (status 2xx) or raise our error.
+
+        The request goes through the ``kubernetes_asyncio`` client's session (its TLS context,
+        proxy and connection pool) with its credentials (refreshed by its hooks), but is built
+        here: the body is serialised once and streamed from memory, so that objects of any size
+        the API server accepts are sent without blocking the loop.
+        """
         params = [(k, _query_value(v)) for k, v in (query or {}).items()]
         self.request_count += 1
         timeout = aiohttp.ClientTimeout(connect=30, sock_connect=30, sock_read=read_timeout_s)
+        rest = self._api.rest_client
+        headers: dict[str, str] = {
+            **self._api.default_headers,
+            "Content-Type": content_type,
+            "Accept": "application/json",
+        }
+        data = io.BytesIO(json.dumps(body).encode()) if body is not None else None
         try:
-            response: aiohttp.ClientResponse = await self._api.call_api(
-                path,
+            await self._api.update_params_for_auth(headers, params, ["BearerToken"])
+            response: aiohttp.ClientResponse = await rest.pool_manager.request(
                 method,
-                query_params=params,
-                header_params={"Content-Type": content_type, "Accept": "application/json"},
-                body=body,
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=timeout,
+                f"{self._api.configuration.host}{path}",
+                params=params,
+                headers=headers,
+                data=data,
+                timeout=timeout,
+                proxy=rest.proxy,
+                proxy_headers=rest.proxy_headers,
+                server_hostname=rest.server_hostname,
             )
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise KubeConnectionError(
-                f"{action} failed: cannot reach the API server {self._api.configuration.host}: "
+                f"{action} failed: cannot reach the API server {self.server}: "
                 f"{exc or type(exc).__name__}",
                 hint="check that the cluster is up and the kubeconfig points at it",
             ) from exc
@@ -338,7 +377,9 @@ class KubeClient:
 
         Bookmarks are requested. ``ERROR`` events are yielded as they are (the caller decides what
         a 410 Gone means to it). The stream ends when the server closes it; a stream silent for
-        ``inactivity_timeout_s`` raises :class:`KubeConnectionError`.
+        ``inactivity_timeout_s``, or broken, raises :class:`KubeConnectionError`. Events of any
+        size up to :data:`MAX_WATCH_EVENT_BYTES` arrive whole; a larger one, or a line that is
+        not JSON, raises :class:`WatchError` (trying again would meet it again).
         """
         query: dict[str, str | int | bool] = {
             "watch": True,
@@ -353,10 +394,32 @@ class KubeClient:
         response = await self._open(
             "GET", kind.path(namespace), action, query=query, read_timeout_s=inactivity_timeout_s
         )
+
+        def too_large(limit: int) -> KubeDLPrefectError:
+            return WatchError(
+                f"{action}: the server sent an event larger than {limit} bytes",
+                hint="the API server limits objects to about 1.5 MiB: check that the URL "
+                "points at a Kubernetes API server and not at a proxy that rewrites its answers",
+                retryable=False,
+            )
+
         try:
-            async for line in _lines(response, action):
-                if line.strip():
-                    yield json.loads(line)
+            async for line in _lines(
+                response, action, limit=MAX_WATCH_EVENT_BYTES, too_long=too_large
+            ):
+                if not line.data.strip():
+                    continue
+                try:
+                    event: KubeObject = json.loads(line.data)
+                except ValueError as exc:
+                    if not line.complete:  # the connection ended in the middle of an event
+                        raise KubeConnectionError(
+                            f"{action}: stream ended inside an event"
+                        ) from exc
+                    raise WatchError(
+                        f"{action}: the server sent a line that is not a watch event: {exc}"
+                    ) from exc
+                yield event
         finally:
             response.close()
 
@@ -372,7 +435,8 @@ class KubeClient:
         """Yield log lines of a container as they are written, each prefixed by its RFC 3339 time.
 
         ``since_time`` (RFC 3339) resumes a stream; the server's resolution is one second, so the
-        caller removes lines it has seen already.
+        caller removes lines it has seen already. A line longer than :data:`MAX_LOG_LINE_BYTES`
+        is cut there and ends with :data:`LOG_TRUNCATION_MARKER`.
         """
         query: dict[str, str | int | bool] = {
             "container": container,
@@ -387,24 +451,123 @@ class KubeClient:
             "GET", path, action, query=query, read_timeout_s=inactivity_timeout_s
         )
         try:
-            async for line in _lines(response, action):
-                yield line.rstrip("\n")
+            async for line in _lines(response, action, limit=MAX_LOG_LINE_BYTES):
+                yield _log_text(line)
         finally:
             response.close()
 
 
-async def _lines(response: aiohttp.ClientResponse, action: str) -> AsyncIterator[str]:
-    """Lines of a streamed response body, with transport errors translated."""
+class _LineBuffer:
+    """Splits a byte stream into lines, keeping at most ``limit`` bytes of the current line.
+
+    Bytes of a line beyond the limit are counted (``dropped``), not kept: memory stays bounded by
+    the limit plus one chunk, however long the line.
+    """
+
+    def __init__(self, limit: int):
+        self._limit = limit
+        self._parts: list[bytes] = []
+        self._size = 0
+        self.dropped = 0
+        """Bytes of the current (unfinished) line beyond the limit."""
+
+    def feed(self, chunk: bytes) -> list[tuple[bytes, int]]:
+        """Add a chunk; return the lines it completes, each with its dropped byte count."""
+        lines: list[tuple[bytes, int]] = []
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            self._keep(chunk[start:end])
+            lines.append(self._take())
+            start = end + 1
+        if start < len(chunk):
+            self._keep(chunk[start:])
+        return lines
+
+    def rest(self) -> tuple[bytes, int] | None:
+        """The unfinished last line, if any (the stream ended without a newline)."""
+        if self._size or self.dropped:
+            return self._take()
+        return None
+
+    def _keep(self, piece: bytes) -> None:
+        room = self._limit - self._size
+        if len(piece) > room:
+            self.dropped += len(piece) - room
+            piece = piece[:room]
+        if piece:
+            self._parts.append(piece)
+            self._size += len(piece)
+
+    def _take(self) -> tuple[bytes, int]:
+        line = b"".join(self._parts)
+        dropped = self.dropped
+        self._parts, self._size, self.dropped = [], 0, 0
+        return line, dropped
+
+
+class _StreamLine(NamedTuple):
+    """A line of a streamed body, without its newline."""
+
+    data: bytes
+    dropped: int
+    """Bytes cut off the end of the line (it was longer than the limit)."""
+    complete: bool
+    """Whether its newline arrived (the last line of a body may lack one)."""
+
+
+async def _lines(
+    response: aiohttp.ClientResponse,
+    action: str,
+    *,
+    limit: int,
+    too_long: Callable[[int], KubeDLPrefectError] | None = None,
+) -> AsyncIterator[_StreamLine]:
+    """Lines of a streamed response body.
+
+    The body is read in chunks and split here (``StreamReader.readline`` refuses lines longer than
+    its buffer). A line is kept up to ``limit`` bytes: with ``too_long``, a longer line raises
+    ``too_long(limit)`` as soon as it is seen; without it, the rest of the line is dropped and
+    counted in the line's ``dropped``. Transport errors raise :class:`KubeConnectionError`.
+    """
+    buffer = _LineBuffer(limit)
     while True:
         try:
-            raw = await response.content.readline()
+            chunk = await response.content.readany()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise KubeConnectionError(
                 f"{action}: stream interrupted: {exc or type(exc).__name__}"
             ) from exc
-        if not raw:
-            return
-        yield raw.decode("utf-8", errors="replace")
+        if not chunk:
+            break
+        for data, dropped in buffer.feed(chunk):
+            if dropped and too_long is not None:
+                raise too_long(limit)
+            yield _StreamLine(data, dropped, complete=True)
+        if buffer.dropped and too_long is not None:
+            raise too_long(limit)
+    rest = buffer.rest()
+    if rest is not None:
+        yield _StreamLine(*rest, complete=False)
+
+
+def _log_text(line: _StreamLine) -> str:
+    """A log line as text, marked when it was truncated."""
+    text = line.data.decode("utf-8", errors="replace")
+    if line.dropped:
+        text += LOG_TRUNCATION_MARKER.format(dropped=line.dropped)
+    return text
+
+
+def public_url(url: str) -> str:
+    """``url`` without user info (``https://user:password@host`` becomes ``https://host``)."""
+    parts = urlsplit(url.rstrip("/"))
+    if parts.username is None and parts.password is None:
+        return urlunsplit(parts)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _query_value(value: str | int | bool) -> str:

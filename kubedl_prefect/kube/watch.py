@@ -154,6 +154,8 @@ class Informer:
         self._synced = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
+        self._position: str | None = None
+        """The resourceVersion of the last event or bookmark received (where to resume)."""
 
     @property
     def subscriber_count(self) -> int:
@@ -268,6 +270,7 @@ class Informer:
                 try:
                     if resource_version is None:
                         resource_version = await self._relist()
+                    self._position = resource_version
                     resource_version = await self._watch_once(resource_version)
                     backoff, refused = self.settings.backoff_initial_s, 0
                 except _Expired:
@@ -280,6 +283,9 @@ class Informer:
                         refused += 1
                         if refused > self.settings.forbidden_retries:
                             raise
+                    # Resume from the last event or bookmark received, not from where the
+                    # broken stream started: those events were delivered already.
+                    resource_version = self._position or resource_version
                     self.stats.reconnects += 1
                     await asyncio.sleep(backoff * (0.5 + random.random()))
                     backoff = min(backoff * 2, self.settings.backoff_max_s)
@@ -325,6 +331,7 @@ class Informer:
                     reason=obj.get("reason"),
                 )
             resource_version = obj.get("metadata", {}).get("resourceVersion") or resource_version
+            self._position = resource_version
             if event_type == "BOOKMARK":
                 self.stats.bookmarks += 1
                 continue

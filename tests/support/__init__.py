@@ -1,0 +1,1 @@
+"""Test support shared by the unit tests: an in-memory Kubernetes API server (``fakeapi``)."""
