@@ -1,4 +1,4 @@
-"""The ``kubedl-prefect`` command line: render and validate training-job specs.
+"""The ``kubedl-prefect`` command line: render and validate training-job specs; the test bed.
 
 A thin layer over :mod:`kubedl_prefect.spec`; ``docs/cli.md`` documents the commands, their
 messages and exit codes:
@@ -6,6 +6,10 @@ messages and exit codes:
 - ``0``: success (``render`` printed the manifest, ``validate`` printed one OK line);
 - ``1``: the spec is invalid (malformed YAML included); each problem on stderr names the field;
 - ``2``: usage error (unknown option, bad value) or a spec file that cannot be read.
+
+``kubedl-prefect testbed ...`` are the commands of :mod:`kubedl_prefect.testbed.cli`, imported
+only when one of them runs (or its help is asked for): ``render`` and ``validate`` load neither
+the test bed nor the Kubernetes client.
 """
 
 from __future__ import annotations
@@ -13,9 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import IntEnum
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
+from typer.core import TyperGroup
 
 from kubedl_prefect.errors import SpecError
 from kubedl_prefect.spec import (
@@ -28,9 +33,15 @@ from kubedl_prefect.spec import (
     render,
     validate,
 )
-from kubedl_prefect.testbed.cli import app as testbed_app
+
+if TYPE_CHECKING:
+    from typer._click import Command, Context
 
 _T = TypeVar("_T")
+
+#: Help of the ``testbed`` group, shown by ``kubedl-prefect --help`` without importing the test
+#: bed; the same as :data:`kubedl_prefect.testbed.cli.app`'s.
+TESTBED_HELP = "A local Kubernetes test bed: real control plane, simulated GPU nodes, operators."
 
 
 class ExitCode(IntEnum):
@@ -183,7 +194,36 @@ def _run(action: Callable[[], _T]) -> _T:
         raise typer.Exit(ExitCode.INVALID_SPEC) from exc
 
 
-app.add_typer(testbed_app, name="testbed")
+class LazyTestbedGroup(TyperGroup):
+    """The ``testbed`` command group, whose commands are imported when it is used.
+
+    Listing, resolving or running a command of the group imports
+    :mod:`kubedl_prefect.testbed.cli` and takes its commands over, so ``testbed`` behaves (help,
+    errors, exit codes) as that Typer app does; nothing is imported for other commands.
+    """
+
+    def _load(self) -> None:
+        if not self.commands:
+            from kubedl_prefect.testbed.cli import app as testbed_app
+
+            self.commands.update(typer.main.get_group(testbed_app).commands)
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        """Names of the test bed's commands, in their order."""
+        self._load()
+        return super().list_commands(ctx)
+
+    def get_command(self, ctx: Context, cmd_name: str) -> Command | None:
+        """The test bed's command ``cmd_name``, if there is one."""
+        self._load()
+        return super().get_command(ctx, cmd_name)
+
+
+app.add_typer(
+    typer.Typer(help=TESTBED_HELP, no_args_is_help=True),
+    name="testbed",
+    cls=LazyTestbedGroup,
+)
 
 
 def main() -> None:

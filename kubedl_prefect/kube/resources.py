@@ -71,6 +71,29 @@ class ResourceKind:
 NAMESPACES = ResourceKind("", "v1", "Namespace", "namespaces", namespaced=False)
 PODS = ResourceKind("", "v1", "Pod", "pods")
 EVENTS = ResourceKind("", "v1", "Event", "events")
+CONFIG_MAPS = ResourceKind("", "v1", "ConfigMap", "configmaps")
 SERVICES = ResourceKind("", "v1", "Service", "services")
 PERSISTENT_VOLUME_CLAIMS = ResourceKind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims")
 VOLCANO_PODGROUPS = ResourceKind("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
+NODES = ResourceKind("", "v1", "Node", "nodes", namespaced=False)
+SERVICE_ACCOUNTS = ResourceKind("", "v1", "ServiceAccount", "serviceaccounts")
+SECRETS = ResourceKind("", "v1", "Secret", "secrets")
+LEASES = ResourceKind("coordination.k8s.io", "v1", "Lease", "leases")
+ROLES = ResourceKind("rbac.authorization.k8s.io", "v1", "Role", "roles")
+ROLE_BINDINGS = ResourceKind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings")
+CLUSTER_ROLES = ResourceKind(
+    "rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", namespaced=False
+)
+CLUSTER_ROLE_BINDINGS = ResourceKind(
+    "rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", namespaced=False
+)
+CUSTOM_RESOURCE_DEFINITIONS = ResourceKind(
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    namespaced=False,
+)
+VOLCANO_QUEUES = ResourceKind(
+    "scheduling.volcano.sh", "v1beta1", "Queue", "queues", namespaced=False
+)

@@ -1,54 +1,139 @@
 """Fill a freshly started test bed: CRDs, simulated nodes; wait until they are usable.
 
-Talks to the API server with ``kubernetes_asyncio`` as the administrator. Running any of it again
-on a live cluster converges instead of failing on conflicts (create-or-replace for CRDs, server-side
-apply with field manager ``kubedl-prefect-testbed`` for nodes).
+Talks to the API server through the kube layer (:class:`~kubedl_prefect.kube.client.KubeClient`)
+as the administrator; errors of the API server become :class:`TestbedError` with what was being
+done. Running any of it again on a live cluster converges instead of failing on conflicts:
+objects are created, or, when they exist, updated with what we write (:func:`create_or_update`).
+
+The test bed itself is synchronous: :func:`call` runs one of these coroutines with an
+administrator client and returns its result, also from inside a running event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import copy
+import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import quote
 
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from kubedl_prefect.errors import TestbedError
+from kubedl_prefect.errors import ConflictError, KubeAPIError, NotFoundError, TestbedError
+from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.resources import (
+    CUSTOM_RESOURCE_DEFINITIONS,
+    LEASES,
+    NAMESPACES,
+    NODES,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    KubeObject,
+    ResourceKind,
+)
 from kubedl_prefect.testbed import content, podlogs
 from kubedl_prefect.testbed.components import Layout
 
-FIELD_MANAGER = "kubedl-prefect-testbed"
-# Server-side apply. The generated client knows no apply content type, hence a plain dict of
-# keyword arguments (and plain dict bodies, which it sends as they are).
-_APPLY: dict[str, Any] = {
-    "field_manager": FIELD_MANAGER,
-    "force": True,
-    "_content_type": "application/apply-patch+yaml",
-}
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
+
+_LOGS_GROUP, _LOGS_VERSION, _LOGS_PLURAL = podlogs.LOGS_RESOURCE
+#: kwok's per-pod ``Logs`` objects (see :mod:`.podlogs`).
+KWOK_LOGS = ResourceKind(_LOGS_GROUP, _LOGS_VERSION, "Logs", _LOGS_PLURAL)
 
 
 @asynccontextmanager
-async def admin_client(layout: Layout) -> AsyncIterator[client.ApiClient]:
-    """An API client authenticated as the test bed's administrator (client certificate)."""
-    configuration = client.Configuration()
-    configuration.host = layout.apiserver_url
-    configuration.ssl_ca_cert = str(layout.ca_file)
-    configuration.cert_file = str(layout.admin_cert_file)
-    configuration.key_file = str(layout.admin_key_file)
-    async with client.ApiClient(configuration=configuration) as api:
-        yield api
+async def admin_client(layout: Layout) -> AsyncIterator[KubeClient]:
+    """A client authenticated as the test bed's administrator (its kubeconfig's certificate).
+
+    Raises:
+        TestbedError: The administrator kubeconfig cannot be read (the test bed was never
+            started).
+    """
+    try:
+        kube = await KubeClient.from_kubeconfig(str(layout.admin_kubeconfig))
+    except KubeAPIError as exc:
+        raise TestbedError(
+            f"cannot use the administrator kubeconfig of test bed {layout.name}: {exc.message}",
+            hint="start the test bed first (Testbed.up or `kubedl-prefect testbed up`)",
+        ) from exc
+    async with kube:
+        yield kube
 
 
-def _body(exc: ApiException) -> str:
-    body = exc.body
-    if isinstance(body, bytes):
-        return body.decode(errors="replace")
-    return str(body or "")
+def call(
+    layout: Layout,
+    operation: Callable[Concatenate[KubeClient, _P], Awaitable[_T]],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
+) -> _T:
+    """Run ``operation(client, *args, **kwargs)`` with an administrator client; return its result.
+
+    Blocks until it is done; works from inside a running event loop too (see :func:`run_sync`).
+    """
+
+    async def with_admin() -> _T:
+        async with admin_client(layout) as kube:
+            return await operation(kube, *args, **kwargs)
+
+    return run_sync(with_admin())
+
+
+def run_sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
+    """Run ``coroutine`` to completion, also when called from inside a running event loop.
+
+    Inside a loop (an async test calling the synchronous test bed) it runs on a loop of its own
+    in another thread, which this one waits for.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is None:
+        return asyncio.run(coroutine)
+    result: list[_T] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(asyncio.run(coroutine))
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name="kubedl-prefect-testbed")
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
+async def create_or_update(
+    kube: KubeClient, kind: ResourceKind, manifest: KubeObject, *, status: bool = False
+) -> KubeObject:
+    """Create ``manifest``, or merge it into the object of that name when it exists.
+
+    A JSON merge patch: the fields we write win, lists (a Role's rules) are replaced whole,
+    fields we do not write are kept. With ``status``, ``manifest["status"]`` is then written
+    through the status subresource (where the server ignores it on create and update).
+
+    Raises:
+        KubeAPIError: The API server refused it.
+    """
+    metadata = manifest["metadata"]
+    namespace, name = metadata.get("namespace"), metadata["name"]
+    body = {k: v for k, v in manifest.items() if k != "status"} if status else manifest
+    try:
+        written = await kube.create(kind, namespace, body)
+    except ConflictError:
+        written = await kube.patch(kind, namespace, name, body)
+    if status:
+        written = await kube.patch(
+            kind, namespace, name, {"status": manifest["status"]}, subresource="status"
+        )
+    return written
 
 
 async def _until(
@@ -67,55 +152,57 @@ async def _until(
         await asyncio.sleep(interval)
 
 
+def _conditions(obj: KubeObject) -> dict[str, str]:
+    """``{type: status}`` of an object's ``status.conditions``."""
+    found = (obj.get("status") or {}).get("conditions") or []
+    return {str(c.get("type")): str(c.get("status")) for c in found}
+
+
 async def apply_crds(
-    api: client.ApiClient, manifests: Sequence[dict[str, Any]], *, timeout_s: float = 60.0
+    kube: KubeClient, manifests: Sequence[KubeObject], *, timeout_s: float = 60.0
 ) -> list[str]:
-    """Apply CustomResourceDefinitions and wait until each is Established; return their names."""
-    extensions = client.ApiextensionsV1Api(api)
+    """Create CustomResourceDefinitions and wait until each is Established; return their names.
+
+    A CRD that exists already gets our ``spec`` instead of its own.
+
+    Raises:
+        TestbedError: The API server refused one, or they were not Established in time.
+    """
     semaphore = asyncio.Semaphore(4)
 
-    async def apply(manifest: dict[str, Any]) -> str:
-        # Create, or replace what is there: server-side apply is several times slower on CRDs of
-        # megabytes (the KServe one is 2 MB), and the test bed is their only writer.
+    async def apply(manifest: KubeObject) -> str:
+        # Create, or replace the spec of what is there: server-side apply is several times
+        # slower on CRDs of megabytes (the KServe one is 2 MB), and the test bed is their only
+        # writer.
         name = str(manifest["metadata"]["name"])
         async with semaphore:
             try:
-                body: Any = manifest
                 try:
-                    await extensions.create_custom_resource_definition(body)
-                except ApiException as exc:
-                    if exc.status != 409:
-                        raise
-                    current = await extensions.read_custom_resource_definition(name)
-                    replacement: Any = copy.deepcopy(manifest)
-                    replacement["metadata"]["resourceVersion"] = current.metadata.resource_version
-                    await extensions.replace_custom_resource_definition(name, replacement)
-            except ApiException as exc:
-                raise TestbedError(
-                    f"the API server refused CRD {name}: {exc.status} {exc.reason}: "
-                    f"{_body(exc)[:500]}"
-                ) from exc
+                    await kube.create(CUSTOM_RESOURCE_DEFINITIONS, None, manifest)
+                except ConflictError:
+                    replace = [{"op": "replace", "path": "/spec", "value": manifest["spec"]}]
+                    await kube.patch(
+                        CUSTOM_RESOURCE_DEFINITIONS, None, name, replace, patch_type="json"
+                    )
+            except KubeAPIError as exc:
+                raise TestbedError(f"the API server refused CRD {name}: {exc.message}") from exc
         return name
 
     names = await asyncio.gather(*(apply(m) for m in manifests))
-    return await wait_crds_established(api, names, timeout_s=timeout_s)
+    return await wait_crds_established(kube, names, timeout_s=timeout_s)
 
 
 async def wait_crds_established(
-    api: client.ApiClient, names: Sequence[str], *, timeout_s: float = 60.0
+    kube: KubeClient, names: Sequence[str], *, timeout_s: float = 60.0
 ) -> list[str]:
     """Wait until every CRD of ``names`` is Established; return the names."""
-    extensions = client.ApiextensionsV1Api(api)
 
     async def established() -> bool:
-        listed = await extensions.list_custom_resource_definition()
+        listed = await kube.list(CUSTOM_RESOURCE_DEFINITIONS, None)
         ready = {
-            crd.metadata.name
+            crd["metadata"]["name"]
             for crd in listed.items
-            if any(
-                c.type == "Established" and c.status == "True"
-                for c in (crd.status.conditions or [])
-            )
+            if _conditions(crd).get("Established") == "True"
         }
         return ready.issuperset(names)
 
@@ -124,121 +211,124 @@ async def wait_crds_established(
 
 
 async def ensure_nodes(
-    api: client.ApiClient, *, count: int, gpus_per_node: int, timeout_s: float = 60.0
+    kube: KubeClient, *, count: int, gpus_per_node: int, timeout_s: float = 60.0
 ) -> list[str]:
     """Make exactly ``count`` simulated nodes exist, each with ``gpus_per_node`` GPUs, all Ready.
 
     Nodes beyond ``count`` left from an earlier configuration are deleted.
+
+    Raises:
+        TestbedError: A node could not be created, or they were not Ready in time.
     """
-    core = client.CoreV1Api(api)
+    selector = f"{content.NODE_LABEL}=true"
     wanted = [content.node_name(i) for i in range(count)]
-    existing = await core.list_node(label_selector=f"{content.NODE_LABEL}=true")
+    existing = await kube.list(NODES, None, label_selector=selector)
     present = set()
     for node in existing.items:
-        gpus = (node.status.capacity or {}).get(content.GPU_RESOURCE, "0")
-        if node.metadata.name in wanted and gpus == str(gpus_per_node):
-            present.add(node.metadata.name)
+        name = node["metadata"]["name"]
+        gpus = ((node.get("status") or {}).get("capacity") or {}).get(content.GPU_RESOURCE, "0")
+        if name in wanted and gpus == str(gpus_per_node):
+            present.add(name)
         else:  # not wanted, or another capacity: made again (its pods are collected)
-            await core.delete_node(node.metadata.name)
+            await kube.delete(NODES, None, name, propagation="Background")
     for index, name in enumerate(wanted):
         if name in present:
             continue
         # Created with its capacity in one request: kwok makes a node Ready from what it sees
         # first, and would otherwise write it Ready without capacity.
-        manifest: Any = content.node_manifest(index, gpus=gpus_per_node)
         try:
-            await core.create_node(manifest)
-        except ApiException as exc:
-            raise TestbedError(f"could not create node {name}: {exc.status} {exc.reason}") from exc
+            await kube.create(NODES, None, content.node_manifest(index, gpus=gpus_per_node))
+        except KubeAPIError as exc:
+            raise TestbedError(f"could not create node {name}: {exc.message}") from exc
 
     async def ready() -> bool:
-        listed = await core.list_node(label_selector=f"{content.NODE_LABEL}=true")
+        listed = await kube.list(NODES, None, label_selector=selector)
         ready_names = set()
         for node in listed.items:
-            conditions = node.status.conditions or []
-            capacity = node.status.allocatable or {}
-            gpus_ok = capacity.get(content.GPU_RESOURCE, "0") == str(gpus_per_node)
-            if gpus_ok and any(c.type == "Ready" and c.status == "True" for c in conditions):
-                ready_names.add(node.metadata.name)
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            gpus_ok = allocatable.get(content.GPU_RESOURCE, "0") == str(gpus_per_node)
+            if gpus_ok and _conditions(node).get("Ready") == "True":
+                ready_names.add(node["metadata"]["name"])
         return ready_names.issuperset(wanted)
 
     await _until(f"{count} kwok nodes to be Ready", ready, timeout_s=timeout_s)
     return wanted
 
 
-async def release_node_leases(api: client.ApiClient) -> list[str]:
+async def release_node_leases(kube: KubeClient) -> list[str]:
     """Delete the Leases of the simulated nodes (``kube-node-lease``); return the node names.
 
     kwok takes a new holder identity each time it starts and waits for the Leases of the one
     before to expire (40 s) before it runs their nodes' pods again; a restarted kubelet keeps
     its identity. Deleting them lets a restarted kwok take its nodes over at once.
+
+    Raises:
+        TestbedError: The nodes could not be listed or a Lease not deleted (the API server is
+            down, for one).
     """
-    core = client.CoreV1Api(api)
-    coordination = client.CoordinationV1Api(api)
     try:
-        nodes = await core.list_node(label_selector=f"{content.NODE_LABEL}=true")
-    except ApiException as exc:
-        raise TestbedError(f"could not list the nodes: {exc.status} {exc.reason}") from exc
-    names = [node.metadata.name for node in nodes.items]
-    for name in names:
-        try:
-            await coordination.delete_namespaced_lease(name, "kube-node-lease")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise TestbedError(
-                    f"could not delete the Lease of node {name}: {exc.status} {exc.reason}"
-                ) from exc
+        nodes = await kube.list(NODES, None, label_selector=f"{content.NODE_LABEL}=true")
+        names = [node["metadata"]["name"] for node in nodes.items]
+        for name in names:
+            await kube.delete(LEASES, "kube-node-lease", name, propagation="Background")
+    except KubeAPIError as exc:
+        raise TestbedError(f"could not release the nodes' Leases: {exc.message}") from exc
     return names
 
 
 async def wait_default_service_account(
-    api: client.ApiClient, namespace: str = "default", *, timeout_s: float = 60.0
+    kube: KubeClient, namespace: str = "default", *, timeout_s: float = 60.0
 ) -> None:
     """Wait until the controller manager created ``namespace``'s ``default`` ServiceAccount.
 
     Pods are refused without it, so nothing is usable before.
     """
-    core = client.CoreV1Api(api)
 
     async def exists() -> bool:
         try:
-            await core.read_namespaced_service_account("default", namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+            await kube.get(SERVICE_ACCOUNTS, namespace, "default")
+        except NotFoundError:
+            return False
         return True
 
     await _until(f"the default ServiceAccount in {namespace}", exists, timeout_s=timeout_s)
 
 
 async def create_namespace(
-    api: client.ApiClient, name: str, *, labels: dict[str, str] | None = None
+    kube: KubeClient, name: str, *, labels: dict[str, str] | None = None
 ) -> None:
     """Create namespace ``name`` and wait until pods can be created in it (its ServiceAccount)."""
-    core = client.CoreV1Api(api)
-    body: Any = {"metadata": {"name": name, "labels": labels or {}}}
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata}
     try:
-        await core.create_namespace(body)
-    except ApiException as exc:
-        raise TestbedError(f"could not create namespace {name}: {exc.status} {exc.reason}") from exc
-    await wait_default_service_account(api, name)
+        await kube.create(NAMESPACES, None, body)
+    except KubeAPIError as exc:
+        raise TestbedError(f"could not create namespace {name}: {exc.message}") from exc
+    await wait_default_service_account(kube, name)
 
 
-async def delete_namespace(api: client.ApiClient, name: str) -> None:
+async def delete_namespace(kube: KubeClient, name: str) -> None:
     """Delete namespace ``name`` (in the background; no error when it is already gone)."""
-    core = client.CoreV1Api(api)
     try:
-        await core.delete_namespace(name, propagation_policy="Background")
-    except ApiException as exc:
-        if exc.status != 404:
-            raise TestbedError(
-                f"could not delete namespace {name}: {exc.status} {exc.reason}"
-            ) from exc
+        await kube.delete(NAMESPACES, None, name, propagation="Background")
+    except KubeAPIError as exc:
+        raise TestbedError(f"could not delete namespace {name}: {exc.message}") from exc
+
+
+def _token_requests(account: str) -> ResourceKind:
+    """Where TokenRequests for ``account`` are created: its ServiceAccount's ``token`` subresource.
+
+    Posed as a collection (``.../serviceaccounts/<account>/token``), which is what
+    :meth:`KubeClient.create` posts to.
+    """
+    plural = f"{SERVICE_ACCOUNTS.plural}/{quote(account, safe='')}/token"
+    return ResourceKind("", "v1", "TokenRequest", plural)
 
 
 async def service_account_token(
-    api: client.ApiClient,
+    kube: KubeClient,
     namespace: str,
     name: str,
     rules: Sequence[dict[str, Any]],
@@ -249,40 +339,51 @@ async def service_account_token(
 
     The Role and its RoleBinding are named like the account. The token comes from the
     TokenRequest API (bound to the account, valid ``expiration_seconds``).
+
+    Raises:
+        TestbedError: The API server refused one of them.
     """
-    core = client.CoreV1Api(api)
-    rbac = client.RbacAuthorizationV1Api(api)
     meta = {"name": name, "namespace": namespace}
-    objects: list[tuple[Callable[..., Awaitable[Any]], dict[str, Any]]] = [
-        (core.patch_namespaced_service_account, {"apiVersion": "v1", "kind": "ServiceAccount"}),
+    objects: list[tuple[ResourceKind, KubeObject]] = [
+        (SERVICE_ACCOUNTS, {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta}),
         (
-            rbac.patch_namespaced_role,
-            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "rules": list(rules)},
+            ROLES,
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "Role",
+                "metadata": meta,
+                "rules": list(rules),
+            },
         ),
         (
-            rbac.patch_namespaced_role_binding,
+            ROLE_BINDINGS,
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "RoleBinding",
+                "metadata": meta,
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
                 "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
             },
         ),
     ]
+    request = {
+        "apiVersion": "authentication.k8s.io/v1",
+        "kind": "TokenRequest",
+        "spec": {"expirationSeconds": expiration_seconds},
+    }
     try:
-        for patch, body in objects:
-            await patch(name, namespace, {**body, "metadata": meta}, **_APPLY)
-        request: Any = {"spec": {"expirationSeconds": expiration_seconds}}
-        answer = await core.create_namespaced_service_account_token(name, namespace, request)
-    except ApiException as exc:
+        for kind, manifest in objects:
+            await create_or_update(kube, kind, manifest)
+        answer = await kube.create(_token_requests(name), namespace, request)
+    except KubeAPIError as exc:
         raise TestbedError(
-            f"could not set up ServiceAccount {namespace}/{name}: {exc.status} {exc.reason}"
+            f"could not set up ServiceAccount {namespace}/{name}: {exc.message}"
         ) from exc
-    return str(answer.status.token)
+    return str(answer["status"]["token"])
 
 
 async def ensure_pod_log(
-    api: client.ApiClient,
+    kube: KubeClient,
     namespace: str,
     pod: str,
     container: str,
@@ -293,20 +394,17 @@ async def ensure_pod_log(
 
     Other containers the object lists are kept; the rest of the pod's containers read
     ``default``. Concurrent writers are retried on conflicts.
+
+    Raises:
+        TestbedError: The object could not be read or written.
     """
-    group, version, plural = podlogs.LOGS_RESOURCE
-    custom = client.CustomObjectsApi(api)
     for _ in range(10):
         try:
-            current = await custom.get_namespaced_custom_object(
-                group, version, namespace, plural, pod
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise TestbedError(
-                    f"could not read the Logs of {namespace}/{pod}: {exc.status} {exc.reason}"
-                ) from exc
+            current: KubeObject | None = await kube.get(KWOK_LOGS, namespace, pod)
+        except NotFoundError:
             current = None
+        except KubeAPIError as exc:
+            raise TestbedError(f"could not read the Logs of {namespace}/{pod}: {exc}") from exc
         containers = podlogs.listed_containers(current) if current else {}
         if containers.get(container) == path:
             return
@@ -314,27 +412,23 @@ async def ensure_pod_log(
         manifest = podlogs.logs_manifest(namespace, pod, containers, default)
         try:
             if current is None:
-                await custom.create_namespaced_custom_object(
-                    group, version, namespace, plural, manifest
-                )
+                await kube.create(KWOK_LOGS, namespace, manifest)
             else:
+                # The resourceVersion makes the patch conditional: 409 if it changed meanwhile.
+                # A merge patch replaces the list of entries whole.
                 manifest["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                await custom.replace_namespaced_custom_object(
-                    group, version, namespace, plural, pod, manifest
-                )
-        except ApiException as exc:
-            if exc.status == 409:  # created or changed meanwhile: read it again
-                continue
+                await kube.patch(KWOK_LOGS, namespace, pod, manifest)
+        except ConflictError:  # created or changed meanwhile: read it again
+            continue
+        except KubeAPIError as exc:
             hint = None
-            if exc.status == 404:  # no such namespace, or no Logs resource at all
+            if isinstance(exc, NotFoundError):  # no such namespace, or no Logs resource at all
                 hint = (
                     f"check that namespace {namespace} exists; a test bed started by an older "
                     "kubedl-prefect has no pod logs: run `kubedl-prefect testbed down`, then `up`"
                 )
             raise TestbedError(
-                f"could not write the Logs of {namespace}/{pod}: {exc.status} {exc.reason}: "
-                f"{_body(exc)[:300]}",
-                hint=hint,
+                f"could not write the Logs of {namespace}/{pod}: {exc.message}", hint=hint
             ) from exc
         return
     raise TestbedError(f"the Logs of {namespace}/{pod} kept changing; gave up after 10 tries")

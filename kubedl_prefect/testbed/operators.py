@@ -12,7 +12,7 @@ Three processes run next to the control plane, each built from a wrapper module 
 
 Besides its command line, each operator needs objects in the cluster before it starts (its RBAC,
 Volcano's queues in the ``Open`` state, the Secret the Kubeflow operator's certificate rotator
-fills): :func:`operator_manifests` lists them and :func:`install_prerequisites` applies them, after
+fills): :func:`operator_manifests` lists them and :func:`install_prerequisites` writes them, after
 the CRDs and before the operators start. Files an operator reads (the
 Volcano configuration, the Kubeflow webhook serving certificate) are written when its command line
 is built, so a :class:`~kubedl_prefect.testbed.components.Component` row stays self-contained.
@@ -25,11 +25,19 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
-from kubedl_prefect.errors import TestbedError
+from kubedl_prefect.errors import KubeAPIError, TestbedError
+from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    NAMESPACES,
+    SECRETS,
+    VOLCANO_QUEUES,
+    ResourceKind,
+)
 from kubedl_prefect.testbed.build import GO_ROOT, GoBinary
+from kubedl_prefect.testbed.cluster import create_or_update
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
     Component,
@@ -327,7 +335,7 @@ def _queue(name: str, *, reclaimable: bool) -> dict[str, Any]:
 
 
 def operator_manifests() -> list[dict[str, Any]]:
-    """Objects the operators need before they start, in apply order.
+    """Objects the operators need before they start, in the order they are written.
 
     - Volcano's ``root`` and ``default`` queues, as the scheduler would create them, but ``Open``:
       the scheduler only admits jobs to an open queue, and the component that opens queues
@@ -363,56 +371,30 @@ def operator_manifests() -> list[dict[str, Any]]:
     ]
 
 
-#: Field manager of what :func:`install_prerequisites` writes.
-FIELD_MANAGER = "kubedl-prefect-testbed"
-_APPLY = "application/apply-patch+yaml"
+#: The kind of each object :func:`operator_manifests` returns.
+_KINDS: dict[str, ResourceKind] = {
+    kind.kind: kind
+    for kind in (NAMESPACES, SECRETS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, VOLCANO_QUEUES)
+}
 
 
-async def install_prerequisites(api: client.ApiClient) -> None:
-    """Server-side apply :func:`operator_manifests` (idempotent: run it on every start).
+async def install_prerequisites(kube: KubeClient) -> None:
+    """Create or update :func:`operator_manifests` (idempotent: run it on every start).
 
     Args:
-        api: A client authenticated as the cluster administrator.
+        kube: A client authenticated as the cluster administrator.
 
     Raises:
         TestbedError: The API server refused one of them.
     """
-    core = client.CoreV1Api(api)
-    rbac = client.RbacAuthorizationV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    options: dict[str, Any] = {
-        "field_manager": FIELD_MANAGER,
-        "force": True,
-        "_content_type": _APPLY,
-    }
     for manifest in operator_manifests():
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         try:
-            if kind == "Namespace":
-                await core.patch_namespace(name, manifest, **options)
-            elif kind == "Secret":
-                namespace = manifest["metadata"]["namespace"]
-                await core.patch_namespaced_secret(name, namespace, manifest, **options)
-            elif kind == "ClusterRole":
-                await rbac.patch_cluster_role(name, manifest, **options)
-            elif kind == "ClusterRoleBinding":
-                await rbac.patch_cluster_role_binding(name, manifest, **options)
-            elif kind == "Queue":
-                group, version = manifest["apiVersion"].split("/")
-                spec = {k: v for k, v in manifest.items() if k != "status"}
-                await custom.patch_cluster_custom_object(
-                    group, version, "queues", name, spec, **options
-                )
-                await custom.patch_cluster_custom_object_status(
-                    group, version, "queues", name, manifest, **options
-                )
-            else:  # pragma: no cover - operator_manifests only returns the kinds above
-                raise TestbedError(f"no way to apply a {kind}")
-        except ApiException as exc:
-            body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else exc.body
+            # A Queue's state is its status, written through the status subresource.
+            await create_or_update(kube, _KINDS[kind], manifest, status="status" in manifest)
+        except KubeAPIError as exc:
             raise TestbedError(
-                f"the API server refused {kind} {name} for the training operators: "
-                f"{exc.status} {exc.reason}: {str(body or '')[:300]}"
+                f"the API server refused {kind} {name} for the training operators: {exc.message}"
             ) from exc
 
 

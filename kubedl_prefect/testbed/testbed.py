@@ -16,243 +16,96 @@ processes) it stops what is left and starts afresh. Each fresh start begins with
 (a copy of the etcd data saved right after the first CRD installation); certificates are kept.
 
 For tests of failure handling, :meth:`Testbed.restart` kills one component as a crash would and
-starts it again with its data, and :meth:`Testbed.pod_log` says what a pod's containers print.
+starts it again with its data (:mod:`.restarts`), and :meth:`Testbed.pod_log` says what a pod's
+containers print.
+
+The pieces live in their own modules: the control plane's components and flags in
+:mod:`.controlplane`, starting one component and probing its health in :mod:`.launch`, the
+processes in :mod:`.process`, what is written into the cluster in :mod:`.cluster`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import hashlib
 import json
 import logging
 import shutil
-import ssl
-import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import cluster, content, podlogs, process
+from kubedl_prefect.testbed import cluster, content, podlogs, process, restarts
 from kubedl_prefect.testbed import operators as training_operators
-from kubedl_prefect.testbed.build import (
-    GO_ROOT,
-    GoBinary,
-    binary_path,
-    build_all,
-    is_built,
-    kube_version_ldflags,
-)
+from kubedl_prefect.testbed.build import GoBinary, build_all
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
     Component,
-    ComponentContext,
     HealthCheck,
-    Identity,
     Layout,
     Ports,
 )
+from kubedl_prefect.testbed.controlplane import (
+    ADMIN,
+    APISERVER,
+    APISERVER_BINARY,
+    APISERVER_KUBELET_CLIENT,
+    CLUSTER_NAME,
+    CONTROL_PLANE,
+    CONTROL_PLANE_AFTER_CRDS,
+    CONTROL_PLANE_BINARIES,
+    CONTROLLER_MANAGER,
+    CONTROLLER_MANAGER_BINARY,
+    KCM_CONTROLLERS,
+    KUBELET_CLIENT_STEM,
+    KWOK,
+    KWOK_BINARY,
+    SCHEDULER,
+    SCHEDULER_BINARY,
+    SERVICE_CIDR,
+)
 from kubedl_prefect.testbed.kubeconfig import render_kubeconfig, write_kubeconfig
+from kubedl_prefect.testbed.launch import probe, start_component
 from kubedl_prefect.testbed.pki import CertificateAuthority, service_account_key
 from kubedl_prefect.testbed.podlogs import PodLog
-from kubedl_prefect.testbed.upstream import KUBERNETES, go_binary
+from kubedl_prefect.testbed.upstream import go_binary
+
+__all__ = [
+    # The control plane's rows, binaries and names, defined in .controlplane (imported from
+    # here before it existed).
+    "ADMIN",
+    "APISERVER",
+    "APISERVER_BINARY",
+    "APISERVER_KUBELET_CLIENT",
+    "CLUSTER_NAME",
+    "CONTROLLER_MANAGER",
+    "CONTROLLER_MANAGER_BINARY",
+    "CONTROL_PLANE",
+    "CONTROL_PLANE_AFTER_CRDS",
+    "CONTROL_PLANE_BINARIES",
+    "DEFAULT_GPUS_PER_NODE",
+    "DEFAULT_NODES",
+    "KCM_CONTROLLERS",
+    "KWOK",
+    "KWOK_BINARY",
+    "SCHEDULER",
+    "SCHEDULER_BINARY",
+    "SERVICE_CIDR",
+    "ComponentStatus",
+    "Testbed",
+    "TestbedStatus",
+]
 
 logger = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
 DEFAULT_NODES = 2
 DEFAULT_GPUS_PER_NODE = 8
-
-#: Name of the cluster in the kubeconfigs.
-CLUSTER_NAME = "kubedl-prefect-testbed"
-#: The administrator (``system:masters``): the identity of the admin kubeconfig.
-ADMIN = Identity("kubedl-prefect-admin", ("system:masters",))
-#: The API server's identity towards kubelets (kwok's server), e.g. to read container logs.
-APISERVER_KUBELET_CLIENT = Identity("kube-apiserver-kubelet-client")
-_KUBELET_CLIENT_STEM = "apiserver-kubelet-client"
-SERVICE_CIDR = "10.96.0.0/16"
-
-_KUBE_LDFLAGS = kube_version_ldflags(KUBERNETES.version)
-
-APISERVER_BINARY = GoBinary(
-    "kube-apiserver-etcd", GO_ROOT / "kube", "./cmd/kube-apiserver-etcd", _KUBE_LDFLAGS
-)
-CONTROLLER_MANAGER_BINARY = GoBinary(
-    "kube-controller-manager",
-    GO_ROOT / "kube",
-    "k8s.io/kubernetes/cmd/kube-controller-manager",
-    _KUBE_LDFLAGS,
-)
-SCHEDULER_BINARY = GoBinary(
-    "kube-scheduler", GO_ROOT / "kube", "k8s.io/kubernetes/cmd/kube-scheduler", _KUBE_LDFLAGS
-)
-KWOK_BINARY = GoBinary("kwok", GO_ROOT / "kwok", "sigs.k8s.io/kwok/cmd/kwok")
-
-#: The control plane's binaries, in build order (the API server first: it is needed first).
-CONTROL_PLANE_BINARIES: tuple[GoBinary, ...] = (
-    APISERVER_BINARY,
-    CONTROLLER_MANAGER_BINARY,
-    SCHEDULER_BINARY,
-    KWOK_BINARY,
-)
-
-#: Controllers of kube-controller-manager the test bed needs (fewer controllers, less memory):
-#: namespaces, garbage collection, service accounts and their tokens, workloads (Jobs and
-#: Deployments for users and operators), Services' endpoints, node health and eviction, RBAC
-#: aggregation (admin/edit/view), the root CA ConfigMap, quotas and disruption budgets.
-KCM_CONTROLLERS = (
-    "namespace-controller",
-    "garbage-collector-controller",
-    "serviceaccount-controller",
-    "serviceaccount-token-controller",
-    "root-ca-certificate-publisher-controller",
-    "clusterrole-aggregation-controller",
-    "job-controller",
-    "cronjob-controller",
-    "ttl-after-finished-controller",
-    "deployment-controller",
-    "replicaset-controller",
-    "statefulset-controller",
-    "endpoints-controller",
-    "endpointslice-controller",
-    "service-cidr-controller",
-    "pod-garbage-collector-controller",
-    "node-lifecycle-controller",
-    "taint-eviction-controller",
-    "resourcequota-controller",
-    "disruption-controller",
-)
-
-
-def _apiserver_args(ctx: ComponentContext) -> list[str]:
-    layout, pki = ctx.layout, ctx.layout.pki_dir
-    return [
-        f"--etcd-data-dir={layout.data_dir}",
-        f"--etcd-client-port={layout.ports.etcd_client}",
-        f"--etcd-peer-port={layout.ports.etcd_peer}",
-        "--",
-        f"--bind-address={LOOPBACK}",
-        f"--advertise-address={LOOPBACK}",
-        f"--secure-port={layout.ports.apiserver}",
-        f"--tls-cert-file={ctx.serving_cert}",
-        f"--tls-private-key-file={ctx.serving_key}",
-        f"--client-ca-file={layout.ca_file}",
-        "--authorization-mode=Node,RBAC",
-        "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-        f"--service-account-key-file={pki / 'sa.key'}",
-        f"--service-account-signing-key-file={pki / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        # The `kubernetes` Service cannot point at a loopback address; nothing in the test bed
-        # reaches the API server through it (everything runs outside the cluster).
-        "--endpoint-reconciler-type=none",
-        # Kubelets are kwok's server on the nodes' InternalIP (loopback), with the cluster CA's
-        # serving certificate; container logs go through it.
-        f"--kubelet-client-certificate={pki / (_KUBELET_CLIENT_STEM + '.crt')}",
-        f"--kubelet-client-key={pki / (_KUBELET_CLIENT_STEM + '.key')}",
-        f"--kubelet-certificate-authority={layout.ca_file}",
-        "--kubelet-preferred-address-types=InternalIP",
-        "--profiling=false",
-        "--event-ttl=1h",
-    ]
-
-
-def _secure_component_args(ctx: ComponentContext, port: int) -> list[str]:
-    """Flags of a control-plane component that uses its own kubeconfig and serves HTTPS."""
-    return [
-        f"--kubeconfig={ctx.kubeconfig}",
-        f"--authentication-kubeconfig={ctx.kubeconfig}",
-        f"--authorization-kubeconfig={ctx.kubeconfig}",
-        f"--bind-address={LOOPBACK}",
-        f"--secure-port={port}",
-        f"--tls-cert-file={ctx.serving_cert}",
-        f"--tls-private-key-file={ctx.serving_key}",
-        "--leader-elect=false",
-    ]
-
-
-def _controller_manager_args(ctx: ComponentContext) -> list[str]:
-    layout = ctx.layout
-    return [
-        *_secure_component_args(ctx, layout.ports.controller_manager),
-        "--use-service-account-credentials=true",
-        f"--root-ca-file={layout.ca_file}",
-        f"--service-account-private-key-file={layout.pki_dir / 'sa.key'}",
-        f"--service-cluster-ip-range={SERVICE_CIDR}",
-        f"--cluster-name={CLUSTER_NAME}",
-        f"--controllers={','.join(KCM_CONTROLLERS)}",
-        # Namespace teardown and garbage collection between tests are API-bound: raise the
-        # client-side rate limit (default 20 qps).
-        "--kube-api-qps=200",
-        "--kube-api-burst=400",
-        "--profiling=false",
-    ]
-
-
-def _scheduler_args(ctx: ComponentContext) -> list[str]:
-    return [*_secure_component_args(ctx, ctx.layout.ports.scheduler), "--profiling=false"]
-
-
-def _kwok_args(ctx: ComponentContext) -> list[str]:
-    layout = ctx.layout
-    configs = [layout.config_dir / "kwok.yaml", *content.stage_files()]
-    return [
-        f"--kubeconfig={ctx.kubeconfig}",
-        *(f"--config={path}" for path in configs),
-        # One port: plain HTTP (health) and HTTPS (the kubelet API the API server calls).
-        f"--server-address={LOOPBACK}:{layout.ports.kwok}",
-        f"--tls-cert-file={ctx.serving_cert}",
-        f"--tls-private-key-file={ctx.serving_key}",
-        # Per-pod Logs objects are read from the API server (the default is in kwok.yaml).
-        "--enable-crds=Logs",
-    ]
-
-
-APISERVER = Component(
-    name="kube-apiserver",
-    binary=APISERVER_BINARY.name,
-    args=_apiserver_args,
-    health=lambda layout: HealthCheck(f"{layout.apiserver_url}/readyz", client_cert=True),
-    # Half the Go default: the heap (mostly the CRDs' schemas) then peaks at 1.5x the live data
-    # instead of 2x, about 200 MB less, for a little more GC work on a mostly idle server.
-    env={"GOGC": "50"},
-)
-CONTROLLER_MANAGER = Component(
-    name="kube-controller-manager",
-    binary=CONTROLLER_MANAGER_BINARY.name,
-    args=_controller_manager_args,
-    identity=Identity("system:kube-controller-manager"),
-    health=lambda layout: HealthCheck(
-        f"https://{LOOPBACK}:{layout.ports.controller_manager}/healthz"
-    ),
-)
-SCHEDULER = Component(
-    name="kube-scheduler",
-    binary=SCHEDULER_BINARY.name,
-    args=_scheduler_args,
-    identity=Identity("system:kube-scheduler"),
-    health=lambda layout: HealthCheck(f"https://{LOOPBACK}:{layout.ports.scheduler}/healthz"),
-)
-# kwok writes node and pod status, node leases, events and InferenceService status: it runs as
-# a cluster administrator, like kwokctl does.
-KWOK = Component(
-    name="kwok",
-    binary=KWOK_BINARY.name,
-    args=_kwok_args,
-    identity=Identity("kwok-controller", ("system:masters",)),
-    health=lambda layout: HealthCheck(f"http://{LOOPBACK}:{layout.ports.kwok}/healthz"),
-)
-
-#: The control plane's processes after the API server, started once the CRDs are in.
-CONTROL_PLANE_AFTER_CRDS: tuple[Component, ...] = (CONTROLLER_MANAGER, SCHEDULER, KWOK)
 
 
 @dataclass(frozen=True)
@@ -371,7 +224,7 @@ class Testbed:
 
     def components(self) -> list[Component]:
         """Every process of this test bed, in start order."""
-        found = [APISERVER, *CONTROL_PLANE_AFTER_CRDS]
+        found = list(CONTROL_PLANE)
         if self.operators:
             found += training_operators.OPERATOR_COMPONENTS
         return found
@@ -414,12 +267,12 @@ class Testbed:
             try:
                 self._start_apiserver_with_crds(binaries)
                 for component in CONTROL_PLANE_AFTER_CRDS:
-                    self._start(component, binaries)
-                _run(self._reconcile_nodes())
+                    start_component(self.layout, component, binaries)
+                self._reconcile_nodes()
                 if self.operators:
-                    _run(self._install_operator_prerequisites())
-                for component in self.components()[1 + len(CONTROL_PLANE_AFTER_CRDS) :]:
-                    self._start(component, binaries)
+                    cluster.call(self.layout, training_operators.install_prerequisites)
+                for component in self.components()[len(CONTROL_PLANE) :]:
+                    start_component(self.layout, component, binaries)
             except BaseException:
                 self._stop_all()
                 raise
@@ -436,13 +289,13 @@ class Testbed:
             self.gpus_per_node = current.gpus_per_node
         changed = False
         if (self.nodes, self.gpus_per_node) != (current.nodes, current.gpus_per_node):
-            _run(self._reconcile_nodes())
+            self._reconcile_nodes()
             changed = True
         if self.operators and not current.operators:
             binaries = self.build()
-            _run(self._install_operator_prerequisites())
+            cluster.call(self.layout, training_operators.install_prerequisites)
             for component in training_operators.OPERATOR_COMPONENTS:
-                self._start(component, binaries)
+                start_component(self.layout, component, binaries)
             changed = True
         else:
             self.operators = current.operators
@@ -458,7 +311,7 @@ class Testbed:
         """Which components run and answer their health checks."""
         state = self._read_state()
         with_operators = bool(state.get("operators", self.operators))
-        components = [APISERVER, *CONTROL_PLANE_AFTER_CRDS]
+        components = list(CONTROL_PLANE)
         if with_operators:
             components += training_operators.OPERATOR_COMPONENTS
         entries = []
@@ -467,7 +320,7 @@ class Testbed:
             running = record is not None and process.is_alive(record)
             healthy: bool | None = None
             if running and component.health is not None:
-                healthy = _check(component.health(self.layout), self.layout)
+                healthy = probe(component.health(self.layout), self.layout)
             elif running:
                 healthy = True
             entries.append(
@@ -492,12 +345,12 @@ class Testbed:
 
     def create_namespace(self, name: str, *, labels: dict[str, str] | None = None) -> str:
         """Create namespace ``name`` and wait until pods can be created in it; return ``name``."""
-        _run(self._with_admin(cluster.create_namespace, name, labels=labels))
+        cluster.call(self.layout, cluster.create_namespace, name, labels=labels)
         return name
 
     def delete_namespace(self, name: str) -> None:
         """Delete namespace ``name`` (its objects are removed in the background)."""
-        _run(self._with_admin(cluster.delete_namespace, name))
+        cluster.call(self.layout, cluster.delete_namespace, name)
 
     def service_account_kubeconfig(
         self,
@@ -524,14 +377,13 @@ class Testbed:
         Returns:
             The kubeconfig's path.
         """
-        token = _run(
-            self._with_admin(
-                cluster.service_account_token,
-                namespace,
-                name,
-                rules,
-                expiration_seconds=expiration_seconds,
-            )
+        token = cluster.call(
+            self.layout,
+            cluster.service_account_token,
+            namespace,
+            name,
+            rules,
+            expiration_seconds=expiration_seconds,
         )
         target = path or self.layout.config_dir / "serviceaccounts" / f"{namespace}.{name}.yaml"
         user = f"system:serviceaccount:{namespace}:{name}"
@@ -580,32 +432,15 @@ class Testbed:
                 f"unknown test-bed component {component!r}",
                 hint=f"one of: {', '.join(known)}",
             )
-        target = known[component]
         with self._locked():
-            record = process.read(self.layout.pid_file(target.name))
-            if record is None or not process.is_alive(record):
-                raise TestbedError(
-                    f"{component} of test bed {self.name} is not running",
-                    hint="start the test bed first (Testbed.up or `kubedl-prefect testbed up`)",
-                )
-            started = time.monotonic()
-            process.kill(record)
-            stopped: list[tuple[Component, process.ProcessRecord]] = []
-            if target == APISERVER and dependents:
-                # Stopped while it is down, so that it starts without their reconnection storm.
-                stopped = self._stop_dependents()
-            self._relaunch(target, record, timeout=timeout)
-            downtime = time.monotonic() - started
-            logger.info("%s restarted after %.1fs down", component, downtime)
-            failed: list[TestbedError] = []
-            for dependent, old in stopped:  # all of them, even after one failed
-                try:
-                    self._relaunch(dependent, old, timeout=timeout)
-                except TestbedError as exc:
-                    failed.append(exc)
-            if failed:
-                raise failed[0]
-        return downtime
+            return restarts.crash_and_restart(
+                self.layout,
+                known[component],
+                components=self._all_known_components(),
+                binaries=[*CONTROL_PLANE_BINARIES, *training_operators.OPERATOR_BINARIES],
+                timeout=timeout,
+                dependents=dependents,
+            )
 
     def pod_log(
         self, namespace: str, pod: str, container: str = "main", *, timeout: float = 30.0
@@ -635,10 +470,8 @@ class Testbed:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.touch()
         podlogs.previous_path(path).touch()
-        _run(
-            self._with_admin(
-                cluster.ensure_pod_log, namespace, pod, container, path, self._empty_log
-            )
+        cluster.call(
+            self.layout, cluster.ensure_pod_log, namespace, pod, container, path, self._empty_log
         )
         # kwok answers previous=true only for containers it has a Logs entry for (see
         # podlogs.logs_manifest): once it does, the API server reads our file.
@@ -647,7 +480,7 @@ class Testbed:
             f"{namespace}/{pod}/{container}?previous=true"
         )
         deadline = time.monotonic() + timeout
-        while not _check(HealthCheck(url), self.layout):
+        while not probe(HealthCheck(url), self.layout):
             if time.monotonic() > deadline:
                 raise TestbedError(
                     f"kwok did not pick up the log of {namespace}/{pod}/{container} in "
@@ -658,50 +491,6 @@ class Testbed:
         return PodLog(namespace=namespace, pod=pod, container=container, path=path)
 
     # -- internals ---------------------------------------------------------------------------
-
-    def _stop_dependents(self) -> list[tuple[Component, process.ProcessRecord]]:
-        """Stop every running component but the API server; return them in start order."""
-        stopped = []
-        for component in reversed(self._all_known_components()[1:]):
-            record = process.read(self.layout.pid_file(component.name))
-            if record is not None and process.is_alive(record):
-                process.stop(record)
-                stopped.append((component, record))
-        return stopped[::-1]
-
-    def _relaunch(
-        self, component: Component, record: process.ProcessRecord, *, timeout: float
-    ) -> None:
-        """Start the binary of ``record`` (stopped) again as ``component``; wait until healthy."""
-        if component == KWOK:
-            # As a restarted kubelet would, take the nodes over at once (see release_node_leases).
-            try:
-                _run(self._with_admin(cluster.release_node_leases))
-            except (TestbedError, OSError) as exc:  # the API server is down: kwok will wait
-                logger.warning("kwok may wait 40 s for its nodes' leases: %s", exc)
-        self._start(component, {component.binary: self._binary_of(component, record)}, timeout)
-
-    def _binary_of(self, component: Component, record: process.ProcessRecord) -> Path:
-        """The binary ``record`` ran, or its current build when it was rebuilt since."""
-        ran = Path(record.binary)
-        if ran.is_file():
-            return ran
-        for binary in self.binaries():
-            if binary.name == component.binary and is_built(binary):
-                logger.warning(
-                    "%s was rebuilt since it started: running %s", ran, binary_path(binary)
-                )
-                return binary_path(binary)
-        raise TestbedError(
-            f"cannot restart {component.name}: its binary {ran} is gone",
-            hint="rebuild and restart the test bed (`kubedl-prefect testbed down`, then `up`)",
-        )
-
-    async def _with_admin(
-        self, operation: Callable[..., Awaitable[_T]], *args: Any, **kwargs: Any
-    ) -> _T:
-        async with cluster.admin_client(self.layout) as api:
-            return await operation(api, *args, **kwargs)
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
@@ -744,7 +533,7 @@ class Testbed:
                     client_cert=cert,
                 ),
             )
-        ca.client(APISERVER_KUBELET_CLIENT, _KUBELET_CLIENT_STEM)
+        ca.client(APISERVER_KUBELET_CLIENT, KUBELET_CLIENT_STEM)
         shutil.rmtree(layout.pod_logs_dir, ignore_errors=True)
         layout.pod_logs_dir.mkdir(parents=True)
         self._empty_log.touch()
@@ -772,11 +561,11 @@ class Testbed:
         if (seed / "key").is_file() and (seed / "key").read_text() == key:
             shutil.rmtree(layout.data_dir, ignore_errors=True)
             shutil.copytree(seed / "etcd", layout.data_dir)
-            self._start(APISERVER, binaries)
-            _run(self._install_crds(seeded=True))
+            start_component(layout, APISERVER, binaries)
+            self._install_crds(seeded=True)
             return
-        self._start(APISERVER, binaries)
-        _run(self._install_crds(seeded=False))
+        start_component(layout, APISERVER, binaries)
+        self._install_crds(seeded=False)
         # Stop it (nothing else is connected yet, so it exits at once), keep a copy, restart.
         record = process.read(layout.pid_file(APISERVER.name))
         if record is not None:
@@ -788,7 +577,7 @@ class Testbed:
         shutil.rmtree(seed, ignore_errors=True)
         partial.rename(seed)
         logger.info("saved the CRDs' etcd state as the seed of later starts")
-        self._start(APISERVER, binaries)
+        start_component(layout, APISERVER, binaries)
 
     def _seed_key(self, binaries: dict[str, Path]) -> str:
         digest = hashlib.sha256()
@@ -799,45 +588,6 @@ class Testbed:
         for path in content.crd_files():
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         return digest.hexdigest()
-
-    def _start(
-        self, component: Component, binaries: dict[str, Path], timeout: float = 90.0
-    ) -> None:
-        layout = self.layout
-        if component.binary not in binaries:
-            raise TestbedError(
-                f"component {component.name} needs unknown binary {component.binary}"
-            )
-        kubeconfig = layout.kubeconfig(component.identity.user) if component.identity else None
-        context = ComponentContext(layout=layout, binaries=binaries, kubeconfig=kubeconfig)
-        argv = [str(binaries[component.binary]), *component.args(context)]
-        log_file = layout.log_file(component.name)
-        env = dict(component.env)
-        if kubeconfig is not None:
-            # Some components read their kubeconfig only from the environment.
-            env.setdefault("KUBECONFIG", str(kubeconfig))
-        record = process.start(
-            argv, log_file=log_file, pid_file=layout.pid_file(component.name), env=env
-        )
-        check = component.health(layout) if component.health else None
-        started = time.monotonic()
-        deadline = started + timeout
-        while True:
-            if not process.is_alive(record):
-                raise TestbedError(
-                    f"{component.name} exited during start-up; last lines of {log_file}:\n"
-                    f"{process.log_tail(log_file)}"
-                )
-            if check is None or _check(check, layout):
-                elapsed = time.monotonic() - started
-                logger.info("%s ready in %.1fs (pid %d)", component.name, elapsed, record.pid)
-                return
-            if time.monotonic() > deadline:
-                raise TestbedError(
-                    f"{component.name} not ready after {timeout:.0f}s ({check.url}); "
-                    f"last lines of {log_file}:\n{process.log_tail(log_file)}"
-                )
-            time.sleep(0.1)
 
     def _stop_all(self) -> None:
         # Reverse start order: operators and controllers first, the API server (with its
@@ -855,26 +605,22 @@ class Testbed:
 
     def _all_known_components(self) -> list[Component]:
         # Stop operators even when this instance was made with operators=False.
-        return [APISERVER, *CONTROL_PLANE_AFTER_CRDS, *training_operators.OPERATOR_COMPONENTS]
+        return [*CONTROL_PLANE, *training_operators.OPERATOR_COMPONENTS]
 
-    async def _install_crds(self, *, seeded: bool) -> None:
+    def _install_crds(self, *, seeded: bool) -> None:
         started = time.monotonic()
-        async with cluster.admin_client(self.layout) as api:
-            if seeded:
-                names = await cluster.wait_crds_established(api, content.crd_names())
-            else:
-                names = await cluster.apply_crds(api, content.crd_manifests())
+        if seeded:
+            names = cluster.call(self.layout, cluster.wait_crds_established, content.crd_names())
+        else:
+            names = cluster.call(self.layout, cluster.apply_crds, content.crd_manifests())
         logger.info("%d CRDs established in %.1fs", len(names), time.monotonic() - started)
 
-    async def _install_operator_prerequisites(self) -> None:
-        async with cluster.admin_client(self.layout) as api:
-            await training_operators.install_prerequisites(api)
-
-    async def _reconcile_nodes(self) -> None:
+    def _reconcile_nodes(self) -> None:
         started = time.monotonic()
-        async with cluster.admin_client(self.layout) as api:
-            await cluster.ensure_nodes(api, count=self.nodes, gpus_per_node=self.gpus_per_node)
-            await cluster.wait_default_service_account(api)
+        cluster.call(
+            self.layout, cluster.ensure_nodes, count=self.nodes, gpus_per_node=self.gpus_per_node
+        )
+        cluster.call(self.layout, cluster.wait_default_service_account)
         logger.info(
             "%d nodes with %d GPUs each ready in %.1fs",
             self.nodes,
@@ -899,48 +645,3 @@ class Testbed:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
-
-
-def _check(check: HealthCheck, layout: Layout) -> bool:
-    context = ssl.create_default_context()
-    if check.verify_ca:
-        context.load_verify_locations(cafile=str(layout.ca_file))
-    else:
-        context.check_hostname = False
-        context.verify_mode = ssl.CERT_NONE
-    if check.client_cert:
-        context.load_cert_chain(str(layout.admin_cert_file), str(layout.admin_key_file))
-    # No proxy: everything is on loopback.
-    opener = urllib.request.build_opener(
-        urllib.request.ProxyHandler({}), urllib.request.HTTPSHandler(context=context)
-    )
-    try:
-        with opener.open(check.url, timeout=2.0) as response:
-            return bool(response.status == 200)
-    except (urllib.error.URLError, OSError, ssl.SSLError):
-        return False
-
-
-def _run(coroutine: Coroutine[Any, Any, _T]) -> _T:
-    """Run ``coroutine`` to completion, also when called from inside a running event loop."""
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is None:
-        return asyncio.run(coroutine)
-    result: list[_T] = []
-    error: list[BaseException] = []
-
-    def target() -> None:
-        try:
-            result.append(asyncio.run(coroutine))
-        except BaseException as exc:  # re-raised in the caller's thread
-            error.append(exc)
-
-    thread = threading.Thread(target=target, name="kubedl-prefect-testbed")
-    thread.start()
-    thread.join()
-    if error:
-        raise error[0]
-    return result[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,13 +11,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from kubedl_prefect.cli import ExitCode, app, render_file, validate_file
+from kubedl_prefect.cli import TESTBED_HELP, ExitCode, app, render_file, validate_file
 from kubedl_prefect.errors import SpecError
-from kubedl_prefect.spec import Dialect, job_name
+from kubedl_prefect.spec import Dialect, Role, job_name, max_spec_name_length
 
 REPO = Path(__file__).resolve().parents[2]
 MNIST = REPO / "examples" / "pytorch-mnist.yaml"
 INVALID = REPO / "tests" / "unit" / "spec" / "invalid"
+# name-too-long.yaml has a master and two workers.
+NAME_LIMIT = max_spec_name_length([(Role.MASTER, 1), (Role.WORKER, 2)])
 
 runner = CliRunner()
 
@@ -89,7 +92,7 @@ def test_validate_ok_line() -> None:
     ("example", "field", "words"),
     [
         ("gpus-only-in-requests.yaml", "replicas.worker.resources.requests", "gpus: 1"),
-        ("name-too-long.yaml", "name:", "at most 43"),
+        ("name-too-long.yaml", "name:", f"at most {NAME_LIMIT} are allowed"),
         ("misspelt-field.yaml", "imagePullPolicyy", "did you mean `imagePullPolicy`?"),
     ],
 )
@@ -141,3 +144,72 @@ def test_console_script_entry_point() -> None:
     )
     assert done.returncode == ExitCode.INVALID_SPEC
     assert "imagePullPolicyy" in done.stderr
+
+
+# Modules `validate` and `render` must not load: the test bed, the Kubernetes client and what it
+# stands on, Prefect.
+HEAVY = ("kubedl_prefect.testbed", "kubernetes_asyncio", "aiohttp", "prefect")
+
+_RUN_AND_LIST_MODULES = """
+import atexit, json, sys
+heavy = tuple(sys.argv[1].split(","))
+atexit.register(
+    lambda: print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in heavy
+        or m.startswith(heavy))), file=sys.stderr)
+)
+sys.argv = ["kubedl-prefect", *sys.argv[2:]]
+from kubedl_prefect.cli import main
+main()
+"""
+
+
+def _loaded_by(*args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the command line in a fresh interpreter; return it and the heavy modules it loaded."""
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_AND_LIST_MODULES, ",".join(HEAVY), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return done, loaded
+
+
+def test_validate_loads_neither_the_test_bed_nor_the_kubernetes_client() -> None:
+    done, loaded = _loaded_by("validate", "examples/pytorch-mnist.yaml")
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert done.stdout.startswith("OK: examples/pytorch-mnist.yaml: pytorch job")
+    assert loaded == []
+    done, loaded = _loaded_by("--help")
+    assert done.returncode == ExitCode.OK
+    assert "testbed" in done.stdout
+    assert loaded == []
+
+
+def test_testbed_commands_load_the_test_bed_when_used() -> None:
+    done, loaded = _loaded_by("testbed", "--help")
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert "kubedl_prefect.testbed.cli" in loaded
+    assert "Usage: kubedl-prefect testbed [OPTIONS] COMMAND [ARGS]..." in done.stdout
+    for command in ("up", "build", "down", "restart", "status"):
+        assert f"  {command} " in done.stdout
+
+
+def test_testbed_group_behaves_as_the_test_bed_app(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kubedl_prefect.testbed.cli import app as testbed_app
+
+    assert testbed_app.info.help == TESTBED_HELP
+    monkeypatch.setenv("KUBEDL_PREFECT_CACHE", str(tmp_path))
+    status = runner.invoke(app, ["testbed", "status", "--name", "nothing", "--port-base", "29400"])
+    assert status.exit_code == 1
+    assert "test bed nothing: stopped" in status.stdout
+    typo = runner.invoke(app, ["testbed", "stauts"])
+    assert typo.exit_code == ExitCode.USAGE
+    assert "No such command 'stauts'. Did you mean 'status'" in typo.stderr
+    bare = runner.invoke(app, ["testbed"])
+    assert "Commands:" in bare.output
+    assert "restart" in bare.output

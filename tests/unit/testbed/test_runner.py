@@ -11,10 +11,12 @@ from typer.testing import CliRunner
 
 from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import Testbed as LazyTestbed
-from kubedl_prefect.testbed import process
+from kubedl_prefect.testbed import process, restarts
 from kubedl_prefect.testbed.cli import app
+from kubedl_prefect.testbed.cluster import run_sync
 from kubedl_prefect.testbed.components import DEFAULT_PORT_BASE, Layout, Ports
-from kubedl_prefect.testbed.testbed import APISERVER, KWOK, Testbed, _run
+from kubedl_prefect.testbed.controlplane import APISERVER, KWOK
+from kubedl_prefect.testbed.testbed import Testbed
 
 
 def test_ports_are_distinct_loopback_offsets(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,6 +82,7 @@ def test_dead_pids_in_a_stale_state_folder_read_as_stopped(cache: Path, tmp_path
         if not process.is_alive(record):
             break
         time.sleep(0.05)
+    assert not process.is_alive(record)
     state = bed.status()
     apiserver = state.components[0]
     assert apiserver.pid == record.pid
@@ -95,7 +98,7 @@ async def test_run_works_inside_a_running_event_loop() -> None:
         await asyncio.sleep(0)
         return 42
 
-    assert _run(answer()) == 42
+    assert run_sync(answer()) == 42
 
 
 def test_package_exports_the_runner_lazily() -> None:
@@ -161,6 +164,22 @@ def test_restart_refuses_a_binary_that_is_gone_and_not_rebuilt(cache: Path) -> N
     bed = Testbed("rebuilt", ports=Ports(29700))
     record = process.ProcessRecord(pid=1, binary=str(cache / "bin" / "kwok-old"), started_at=0)
     with pytest.raises(TestbedError, match=r"its binary .*kwok-old is gone") as caught:
-        bed._binary_of(KWOK, record)
+        restarts.binary_of(KWOK, record, bed.binaries())
     assert caught.value.hint is not None
     assert "down" in caught.value.hint
+
+
+def test_the_control_plane_is_still_importable_from_the_runner_module() -> None:
+    from kubedl_prefect.testbed import controlplane
+    from kubedl_prefect.testbed import testbed as runner
+
+    for name in ("APISERVER", "KWOK", "CONTROL_PLANE_AFTER_CRDS", "CONTROL_PLANE_BINARIES"):
+        assert getattr(runner, name) is getattr(controlplane, name)
+    assert set(runner.__all__) >= {"Testbed", "TestbedStatus", "ComponentStatus"}
+    names = [c.name for c in Testbed("rows", ports=Ports(29900)).components()]
+    assert names[: len(controlplane.CONTROL_PLANE)] == [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ]
