@@ -221,6 +221,8 @@ class Driver:
             metadata = obj["metadata"]
             return JobRef(
                 backend="kubernetes",
+                cluster="",
+                dialect="kubeflow",
                 namespace=namespace,
                 name=name,
                 uid=metadata["uid"],

@@ -12,13 +12,16 @@ on the process-wide Kubernetes runtime loop: one implementation, two faces.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+import json
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis
+from kubedl_prefect.lifecycle.records import RunRecord
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.spec import TrainingJobSpec
 
@@ -37,15 +40,23 @@ def checkpoint_location(spec: TrainingJobSpec, key: str) -> str | None:
     return f"{spec.checkpoint.location.rstrip('/')}/{spec.name}-{digest}"
 
 
+JOB_REF_SCHEMA = 2
+"""Version of :meth:`JobRef.to_dict`'s layout (1: before ``cluster`` and ``dialect``)."""
+
+
 @dataclass(frozen=True)
 class JobRef:
-    """Everything needed to find a submitted job again, even from another process.
+    """Everything needed to find a submitted job again, from any process.
 
-    It is plain data (see :meth:`to_dict`), so a flow can persist it and a restarted flow can
-    re-attach to the job instead of launching a duplicate.
+    It is plain data (:meth:`to_dict`, :meth:`to_json`) and holds no credential, so a flow can
+    keep it in a Prefect result and a restarted flow can re-attach to the job
+    (:meth:`TrainingBackend.attach`) instead of launching a duplicate, whatever namespace or
+    dialect its backend defaults to.
 
     Args:
         backend: Which backend runs it (``kubernetes``, ``local``).
+        cluster: Which cluster: the API server's URL (never a credential).
+        dialect: Which operator runs it (``kubedl``, ``kubeflow``).
         namespace: Where it runs (a Kubernetes namespace, or the local backend's workspace).
         name: The job's name in the cluster (deterministic from the key and attempt).
         uid: The uid the cluster gave it; tells a re-created job of the same name apart.
@@ -54,9 +65,20 @@ class JobRef:
         key: The caller's logical key (a flow run, a schedule slot).
         attempt: The attempt number, from 1.
         spec_hash: Hash of the spec it was made from.
+        schema_version: Layout version of the plain data.
+
+    Example:
+        >>> ref = JobRef(backend="kubernetes", cluster="https://10.0.0.1:6443", dialect="kubedl",
+        ...              namespace="ml", name="mnist-x7k2m9q4ab3c-a1", uid="0f1e",
+        ...              api_version="training.kubedl.io/v1alpha1", kind="PyTorchJob",
+        ...              key="nightly", attempt=1, spec_hash="ab12")
+        >>> JobRef.from_json(ref.to_json()) == ref
+        True
     """
 
     backend: str
+    cluster: str
+    dialect: str
     namespace: str
     name: str
     uid: str
@@ -65,15 +87,96 @@ class JobRef:
     key: str
     attempt: int
     spec_hash: str
+    schema_version: int = JOB_REF_SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        """The reference as plain data."""
-        return asdict(self)
+        """The reference as plain data (camelCase keys, JSON-able)."""
+        return {
+            "schemaVersion": self.schema_version,
+            "backend": self.backend,
+            "cluster": self.cluster,
+            "dialect": self.dialect,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "key": self.key,
+            "attempt": self.attempt,
+            "specHash": self.spec_hash,
+        }
+
+    def to_json(self) -> str:
+        """The reference as a JSON string."""
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> JobRef:
-        """Rebuild a reference saved with :meth:`to_dict`."""
-        return cls(**data)
+    def from_json(cls, text: str) -> JobRef:
+        """Rebuild a reference saved with :meth:`to_json`."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise _ref_error(f"a job reference is not JSON: {exc}") from exc
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobRef:
+        """Rebuild a reference saved with :meth:`to_dict` (also the version-1 layout).
+
+        Raises:
+            KubeDLPrefectError: The data is no job reference, or of a newer layout.
+        """
+        if not isinstance(data, Mapping):
+            raise _ref_error(f"a job reference must be a mapping, not {type(data).__name__}")
+        version = int(data.get("schemaVersion") or data.get("schema_version") or 1)
+        if version > JOB_REF_SCHEMA:
+            raise _ref_error(
+                f"this job reference has layout version {version}; this kubedl-prefect reads "
+                f"up to {JOB_REF_SCHEMA}",
+                hint="upgrade kubedl-prefect where the reference is attached",
+            )
+
+        def field_(camel: str, snake: str, default: Any = _MISSING) -> Any:
+            if camel in data:
+                return data[camel]
+            if snake in data:
+                return data[snake]
+            if default is _MISSING:
+                raise _ref_error(f"a job reference lacks {camel!r}")
+            return default
+
+        api_version = str(field_("apiVersion", "api_version"))
+        dialect = field_("dialect", "dialect", None) or _dialect_of(api_version)
+        return cls(
+            backend=str(field_("backend", "backend")),
+            cluster=str(field_("cluster", "cluster", "")),
+            dialect=str(dialect),
+            namespace=str(field_("namespace", "namespace")),
+            name=str(field_("name", "name")),
+            uid=str(field_("uid", "uid", "")),
+            api_version=api_version,
+            kind=str(field_("kind", "kind")),
+            key=str(field_("key", "key")),
+            attempt=int(field_("attempt", "attempt")),
+            spec_hash=str(field_("specHash", "spec_hash", "")),
+        )
+
+    def for_attempt(self, attempt: int, *, name: str, uid: str) -> JobRef:
+        """The reference of another attempt of the same logical job."""
+        return replace(self, attempt=attempt, name=name, uid=uid)
+
+
+_MISSING = object()
+
+
+def _dialect_of(api_version: str) -> str:
+    return "kubeflow" if api_version.startswith("kubeflow.org/") else "kubedl"
+
+
+def _ref_error(message: str, *, hint: str | None = None) -> KubeDLPrefectError:
+    return KubeDLPrefectError(
+        message, hint=hint or "pass the data JobRef.to_dict() or JobRef.to_json() produced"
+    )
 
 
 @dataclass(frozen=True)
@@ -82,17 +185,24 @@ class WaitTimeouts:
 
     Deadlines are measured on a monotonic clock from the start of each phase.
 
+    One rule for giving up, whichever wait gives up (admission, start-up, completion) and
+    whether it is called directly or through ``run_to_completion``: the job is deleted (with its
+    pods and PodGroups, so it holds no GPUs) before the timeout error is raised, unless
+    ``delete_on_timeout`` is false.
+
     Args:
         admission_s: From submission until every replica is scheduled.
         startup_s: From admission until the job is Running.
         completion_s: From Running until Succeeded or Failed.
         cancel_s: How long a cancellation waits for pods and PodGroups to be gone.
+        delete_on_timeout: Delete the job when a wait gives up (keep it for inspection if false).
     """
 
     admission_s: float | None = 600.0
     startup_s: float | None = 600.0
     completion_s: float | None = None
     cancel_s: float = 120.0
+    delete_on_timeout: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,12 +243,22 @@ class LogLine:
 
 @dataclass(frozen=True)
 class JobOutcome:
-    """How a job ended: its final status, and the diagnosis when it failed."""
+    """How a job ended: its final status, and the diagnosis when it failed.
+
+    Args:
+        ref: The attempt that ended.
+        status: Its final status.
+        diagnosis: Why it failed, for a failed job.
+        history: The phase changes seen while waiting (empty for a replayed outcome).
+        replayed: Whether the outcome was read from the logical job's record (the job had ended,
+            and may be gone) instead of being watched.
+    """
 
     ref: JobRef
     status: JobStatus
     diagnosis: Diagnosis | None = None
     history: tuple[PhaseUpdate, ...] = field(default=())
+    replayed: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -146,8 +266,11 @@ class JobOutcome:
         return self.status.phase == Phase.SUCCEEDED
 
 
-PhaseCallback = Callable[[PhaseUpdate], None]
-LogCallback = Callable[[LogLine], None]
+PhaseCallback = Callable[[PhaseUpdate], object]
+"""Called with each phase change, in order, on a thread of the wait's own (never the runtime
+loop), so it may block without delaying any other job; see :mod:`.delivery`."""
+LogCallback = Callable[[LogLine], object]
+"""Called with each log line, like :data:`PhaseCallback`."""
 
 
 @runtime_checkable
@@ -158,6 +281,17 @@ class TrainingBackend(Protocol):
         self, spec: TrainingJobSpec, *, key: str, attempt: int = 1, dry_run: bool = False
     ) -> JobRef:
         """Create the job for ``(key, attempt)``, or adopt it if it exists and is ours."""
+        ...
+
+    async def attach(self, ref: JobRef) -> JobRef:
+        """Find the job of ``ref`` again (from any process) and return its current reference.
+
+        Raises ``JobCancelledError`` when it is gone and its end was never recorded.
+        """
+        ...
+
+    async def history(self, spec: TrainingJobSpec, *, key: str) -> RunRecord | None:
+        """What was recorded of the attempts of the logical job ``(spec.name, key)``."""
         ...
 
     async def wait_admitted(
@@ -207,6 +341,14 @@ class SyncBackend:
     ) -> JobRef:
         """Blocking :meth:`TrainingBackend.submit`."""
         return self._run(self.backend.submit(spec, key=key, attempt=attempt, dry_run=dry_run))
+
+    def attach(self, ref: JobRef) -> JobRef:
+        """Blocking :meth:`TrainingBackend.attach`."""
+        return self._run(self.backend.attach(ref))
+
+    def history(self, spec: TrainingJobSpec, *, key: str) -> RunRecord | None:
+        """Blocking :meth:`TrainingBackend.history`."""
+        return self._run(self.backend.history(spec, key=key))
 
     def wait_admitted(
         self, ref: JobRef, *, timeout_s: float | None, on_phase: PhaseCallback | None = None

@@ -5,44 +5,57 @@ carries labels and annotations naming its owner, key and spec hash. A submission
 existing job (409) adopts it when it is ours and made from the same spec, and refuses otherwise,
 so a flow that crashed and restarted re-attaches instead of launching a duplicate.
 
+Each logical job also has a small record, a ConfigMap named ``<spec name>-<key hash>`` labelled
+like its jobs (see :mod:`.records`): submission adds each attempt, and a wait that sees an attempt
+end adds how it ended. A replay finds there what happened even after the jobs were cleaned up.
+
 Waiting never polls: the job, its pods, PodGroups and events are followed through the shared
-informers of :mod:`kubedl_prefect.kube.watch`; each change wakes the waiter, which re-reads the
-informers' current objects and decides with the pure functions of :mod:`.status`,
-:mod:`.admission` and :mod:`.diagnosis`.
+informers of the cluster's :class:`~kubedl_prefect.kube.session.KubeSession`; each change wakes
+the waiter, which re-reads the informers' current objects and decides with the pure functions of
+:mod:`.status`, :mod:`.admission` and :mod:`.diagnosis`. Every call works on the namespace and
+dialect of the reference it is given, not the backend's defaults.
 
 All I/O runs on the process-wide :class:`~kubedl_prefect.kube.runtime.KubeRuntime` loop, so the
 async methods can be awaited from any event loop and :class:`~.backend.SyncBackend` gives the same
-methods to sync code.
+methods to sync code. Callbacks run on threads of their own (:mod:`.delivery`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from kubedl_prefect.errors import (
     AdmissionTimeoutError,
     AdoptionRefusedError,
-    CompletionTimeoutError,
     ConflictError,
+    ForbiddenError,
     JobCancelledError,
     JobFailedError,
     KubeAPIError,
+    KubeDLPrefectError,
     NotFoundError,
-    StartupTimeoutError,
     WaitTimeoutError,
 )
 from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.credentials import Credentials, KubeconfigFile
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
-from kubedl_prefect.kube.resources import EVENTS, PODS, VOLCANO_PODGROUPS, KubeObject, ResourceKind
+from kubedl_prefect.kube.resources import (
+    CONFIG_MAPS,
+    EVENTS,
+    PODS,
+    VOLCANO_PODGROUPS,
+    KubeObject,
+    ResourceKind,
+)
 from kubedl_prefect.kube.runtime import KubeRuntime
-from kubedl_prefect.kube.watch import EventQueue, WatchHub, next_event
-from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState, admission_state
+from kubedl_prefect.kube.session import KubeSession, SessionPool, default_credentials, session_pool
+from kubedl_prefect.kube.watch import EventQueue, next_event
+from kubedl_prefect.lifecycle.admission import AdmissionState, admission_state
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
     JobRef,
@@ -53,25 +66,35 @@ from kubedl_prefect.lifecycle.backend import (
     WaitTimeouts,
     checkpoint_location,
 )
-from kubedl_prefect.lifecycle.diagnosis import (
-    Diagnosis,
-    FailureCategory,
-    diagnose,
-    replica_name,
-    stuck_for_good,
-)
+from kubedl_prefect.lifecycle.delivery import delivered
+from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
+from kubedl_prefect.lifecycle.dialects import JobObjects, job_kind
+from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord
+from kubedl_prefect.lifecycle.replicas import ReplicaState, replica_states
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
+from kubedl_prefect.lifecycle.waiting import (
+    Deadline,
+    PhaseTracker,
+    admission_timeout,
+    past_active_deadline,
+    phase_timeout,
+    seconds_until_overdue,
+)
 from kubedl_prefect.spec import (
     CHECKPOINT_ENV,
     Dialect,
+    Framework,
     RenderOptions,
     TrainingJobSpec,
     job_name,
+    job_resource,
     key_hash,
     render,
     spec_hash,
     validate,
 )
+
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -79,67 +102,50 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "kubedl-prefect"
 LABEL_KEY_HASH = "kubedl-prefect.io/key-hash"
 LABEL_ATTEMPT = "kubedl-prefect.io/attempt"
+LABEL_RECORD = "kubedl-prefect.io/run-record"
 ANNOTATION_KEY = "kubedl-prefect.io/key"
 ANNOTATION_SPEC_HASH = "kubedl-prefect.io/spec-hash"
-
-_SHARED_HUB: WatchHub | None = None
-
-
-def shared_hub() -> WatchHub:
-    """The process's one :class:`WatchHub` (must be called on the runtime loop)."""
-    global _SHARED_HUB
-    if _SHARED_HUB is None:
-        _SHARED_HUB = WatchHub()
-    return _SHARED_HUB
+RECORD_DATA_KEY = "record.json"
+_RECORD_WRITE_TRIES = 8
 
 
-@dataclass(frozen=True)
-class _JobObjects:
-    """Selectors for the objects that belong to one job, per operator."""
+def record_name(spec_name: str, key: str) -> str:
+    """The name of the record of the logical job ``(spec_name, key)``.
 
-    dialect: Dialect
-    name: str
+    Its jobs' names less the attempt suffix.
+    """
+    return f"{spec_name}-{key_hash(key)}"
 
-    @property
-    def pod_label(self) -> tuple[str, str]:
-        """The label (key, value) every pod of the job carries."""
-        if self.dialect == Dialect.KUBEDL:
-            return ("job-name", self.name)
-        return ("training.kubeflow.org/job-name", self.name)
 
-    def is_job(self, obj: KubeObject) -> bool:
-        return bool(obj["metadata"]["name"] == self.name)
-
-    def is_pod(self, obj: KubeObject) -> bool:
-        labels = obj["metadata"].get("labels") or {}
-        if self.dialect == Dialect.KUBEDL:
-            return bool(
-                labels.get("group-name") == "training.kubedl.io"
-                and labels.get("job-name") == self.name
-            )
-        return bool(labels.get("training.kubeflow.org/job-name") == self.name)
-
-    def is_podgroup(self, obj: KubeObject) -> bool:
-        if self.dialect == Dialect.KUBEDL:
-            labels = obj["metadata"].get("labels") or {}
-            return bool(labels.get("kubedl.io/gang-job-name") == self.name)
-        return bool(obj["metadata"]["name"] == self.name)
+def _record_name_of(ref: JobRef) -> str:
+    stem, _, attempt = ref.name.rpartition("-a")
+    return stem if attempt.isdigit() else ref.name
 
 
 class KubernetesBackend:
     """Runs training jobs on a Kubernetes cluster through the KubeDL or Kubeflow operator.
 
+    A light handle: every backend of the process with the same credentials shares one session
+    (one client, one watch per kind and namespace); :meth:`close` releases this handle's share.
+
     Args:
-        namespace: Where jobs are created.
-        dialect: Which operator runs them (``kubedl`` or ``kubeflow``).
-        kubeconfig: Path of a kubeconfig; ``None`` for ``$KUBECONFIG`` or ``~/.kube/config``.
-        context: The kubeconfig context to use.
-        client_factory: Makes the client instead (in-cluster, tests); called on the runtime loop.
+        namespace: Where :meth:`submit` creates jobs (every other call uses the reference's).
+        dialect: Which operator :meth:`submit` renders for (``kubedl`` or ``kubeflow``).
+        credentials: How to reach the cluster (a kubeconfig file or its content, a bearer token,
+            in-cluster); by default ``$KUBECONFIG``/``~/.kube/config``, else the pod's account.
+        kubeconfig: Shorthand for ``credentials=KubeconfigFile(kubeconfig, context)``.
+        context: The kubeconfig context to use (with ``kubeconfig``).
+        pool: The session pool to share (the process's one by default).
+        labels: Extra labels for the jobs :meth:`submit` creates (for example the Prefect flow
+            run that made them, so that its clean-up finds them). They are not part of the spec
+            hash: a job adopted by another backend keeps the labels it was created with.
 
     Example:
-        >>> backend = KubernetesBackend(namespace="ml", dialect="kubedl")  # doctest: +SKIP
-        >>> ref = await backend.submit(spec, key="nightly-2026-11-30")  # doctest: +SKIP
-        >>> outcome = await backend.wait_completed(ref)  # doctest: +SKIP
+        >>> from kubedl_prefect.kube.credentials import KubeconfigFile
+        >>> backend = KubernetesBackend(namespace="ml", dialect="kubedl",
+        ...                             credentials=KubeconfigFile(context="gpu-cluster"))
+        >>> backend.namespace, backend.dialect
+        ('ml', <Dialect.KUBEDL: 'kubedl'>)
     """
 
     name = "kubernetes"
@@ -149,41 +155,76 @@ class KubernetesBackend:
         *,
         namespace: str = "default",
         dialect: Dialect | str = Dialect.KUBEDL,
+        credentials: Credentials | None = None,
         kubeconfig: str | None = None,
         context: str | None = None,
-        client_factory: Callable[[], Coroutine[Any, Any, KubeClient]] | None = None,
+        pool: SessionPool | None = None,
+        labels: Mapping[str, str] | None = None,
     ):
+        if credentials is not None and (kubeconfig is not None or context is not None):
+            raise KubeDLPrefectError(
+                "KubernetesBackend got both credentials and kubeconfig/context",
+                hint="pass credentials=KubeconfigFile(path, context) alone",
+            )
+        if credentials is None:
+            credentials = (
+                KubeconfigFile(kubeconfig, context)
+                if kubeconfig is not None or context is not None
+                else default_credentials()
+            )
         self.namespace = namespace
         self.dialect = Dialect(dialect)
-        self._kubeconfig = kubeconfig
-        self._context = context
-        self._client_factory = client_factory
-        self._client: KubeClient | None = None
+        self.credentials = credentials
+        self.labels = dict(labels or {})
+        self._pool = pool
+        self._session: KubeSession | None = None
+        self._opening: asyncio.Task[KubeSession] | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"KubernetesBackend(namespace={self.namespace!r}, dialect={self.dialect.value!r}, "
+            f"credentials={self.credentials!r})"
+        )
 
     async def _on_runtime(self, coro: Coroutine[Any, Any, T]) -> T:
         return await KubeRuntime.get().run(coro)
 
+    async def session(self) -> KubeSession:
+        """The shared session of this backend's cluster identity, acquired on first use."""
+        return await self._on_runtime(self._get_session())
+
     async def client(self) -> KubeClient:
-        """The backend's client, created on first use on the runtime loop."""
-        return await self._on_runtime(self._get_client())
+        """The shared client of this backend's cluster identity."""
+        return (await self.session()).client
+
+    async def _get_session(self) -> KubeSession:
+        if self._session is not None and not self._session.closed:
+            return self._session
+        if self._opening is None:
+            pool = self._pool or session_pool()
+            self._opening = asyncio.get_running_loop().create_task(pool.acquire(self.credentials))
+        opening = self._opening
+        try:
+            session = await asyncio.shield(opening)
+        finally:
+            if opening.done():
+                self._opening = None
+        self._session = session
+        return session
 
     async def _get_client(self) -> KubeClient:
-        if self._client is None:
-            if self._client_factory is not None:
-                self._client = await self._client_factory()
-            else:
-                self._client = await KubeClient.from_kubeconfig(
-                    self._kubeconfig, context=self._context
-                )
-        return self._client
+        return (await self._get_session()).client
 
     async def close(self) -> None:
-        """Close the backend's client (shared watches of other backends go on)."""
+        """Release this handle's share of the session (other backends' waits go on).
+
+        The backend can still be used afterwards: it acquires the session again.
+        """
 
         async def _close() -> None:
-            if self._client is not None:
-                await self._client.close()
-                self._client = None
+            session, self._session = self._session, None
+            if session is not None:
+                await (self._pool or session_pool()).release(session)
 
         await self._on_runtime(_close())
 
@@ -201,6 +242,7 @@ class KubernetesBackend:
             job_name=name,
             namespace=self.namespace,
             labels={
+                **self.labels,
                 LABEL_MANAGED_BY: MANAGED_BY,
                 LABEL_KEY_HASH: key_hash(key),
                 LABEL_ATTEMPT: str(attempt),
@@ -215,15 +257,20 @@ class KubernetesBackend:
     ) -> JobRef:
         """Create the job for ``(key, attempt)``, or adopt the one that already exists.
 
+        The attempt is added to the logical job's record (not for a dry run).
+
         Raises:
             SpecError: The spec is invalid for this backend's operator (nothing was sent).
-            AdoptionRefusedError: A job of that name exists but is not ours or differs.
+            AdoptionRefusedError: A job of that name exists but is not ours or differs, or the
+                logical job was recorded for another spec.
             KubeAPIError: The API server refused the job (422: schema; 403: RBAC).
         """
         manifest = self.manifest(spec, key=key, attempt=attempt)
-        return await self._on_runtime(self._submit(manifest, key, attempt, dry_run))
+        return await self._on_runtime(self._submit(spec, manifest, key, attempt, dry_run))
 
-    async def _submit(self, manifest: KubeObject, key: str, attempt: int, dry_run: bool) -> JobRef:
+    async def _submit(
+        self, spec: TrainingJobSpec, manifest: KubeObject, key: str, attempt: int, dry_run: bool
+    ) -> JobRef:
         client = await self._get_client()
         kind = ResourceKind.of(manifest)
         name = manifest["metadata"]["name"]
@@ -233,7 +280,15 @@ class KubernetesBackend:
             existing = await client.get(kind, self.namespace, name)
             self._check_adoptable(existing, manifest)
             created = existing
-        return self._ref(created, key, attempt)
+        ref = self._ref(created, key, attempt, client.server)
+        if not dry_run:
+            await self._record(
+                client,
+                ref,
+                spec.name,
+                AttemptRecord(attempt=attempt, name=ref.name, uid=ref.uid, ref=ref.to_dict()),
+            )
+        return ref
 
     def _check_adoptable(self, existing: KubeObject, wanted: KubeObject) -> None:
         name = existing["metadata"]["name"]
@@ -261,10 +316,12 @@ class KubernetesBackend:
                 hint="a changed spec needs a new key (or cancel the old job first)",
             )
 
-    def _ref(self, obj: KubeObject, key: str, attempt: int) -> JobRef:
+    def _ref(self, obj: KubeObject, key: str, attempt: int, server: str) -> JobRef:
         metadata = obj["metadata"]
         return JobRef(
             backend=self.name,
+            cluster=server,
+            dialect=self.dialect.value,
             namespace=self.namespace,
             name=metadata["name"],
             uid=metadata.get("uid", ""),
@@ -274,6 +331,164 @@ class KubernetesBackend:
             attempt=attempt,
             spec_hash=(metadata.get("annotations") or {}).get(ANNOTATION_SPEC_HASH, ""),
         )
+
+    # -- records of logical jobs -----------------------------------------------------------
+
+    async def history(self, spec: TrainingJobSpec, *, key: str) -> RunRecord | None:
+        """What was recorded of the attempts of ``(spec.name, key)`` in :attr:`namespace`.
+
+        Raises:
+            AdoptionRefusedError: The logical job was recorded for another spec.
+        """
+
+        async def read() -> RunRecord | None:
+            client = await self._get_client()
+            name = record_name(spec.name, key)
+            try:
+                record = await _read_record(client, self.namespace, name)
+            except ForbiddenError as exc:
+                logger.warning(
+                    "cannot read the run record %s/%s (%s): replaying without it",
+                    self.namespace,
+                    name,
+                    exc.message,
+                )
+                return None
+            if record is not None and record.spec_hash != spec_hash(spec):
+                raise _other_spec(self.namespace, record, spec_hash(spec))
+            return record
+
+        return await self._on_runtime(read())
+
+    async def _record(
+        self, client: KubeClient, ref: JobRef, spec_name: str, entry: AttemptRecord
+    ) -> None:
+        """Add ``entry`` to the record of ``ref``'s logical job (optimistic concurrency).
+
+        A record that cannot be written (RBAC without ConfigMaps) is logged, not raised: the
+        job runs on, only a replay after clean-up will not know about it.
+        """
+        name = record_name(spec_name, ref.key)
+        try:
+            for _ in range(_RECORD_WRITE_TRIES):
+                try:
+                    current = await client.get(CONFIG_MAPS, ref.namespace, name)
+                except NotFoundError:
+                    current = None
+                record = _parse_record(current) if current is not None else None
+                if record is None:
+                    record = RunRecord(spec_name=spec_name, key=ref.key, spec_hash=ref.spec_hash)
+                elif record.spec_hash != ref.spec_hash:
+                    raise _other_spec(ref.namespace, record, ref.spec_hash)
+                data = {RECORD_DATA_KEY: json.dumps(record.with_attempt(entry).to_dict())}
+                try:
+                    if current is None:
+                        await client.create(
+                            CONFIG_MAPS, ref.namespace, _record_object(name, ref, data)
+                        )
+                    else:
+                        version = current["metadata"]["resourceVersion"]
+                        await client.patch(
+                            CONFIG_MAPS,
+                            ref.namespace,
+                            name,
+                            {"metadata": {"resourceVersion": version}, "data": data},
+                        )
+                    return
+                except ConflictError:
+                    continue  # written meanwhile by another waiter: read again
+            logger.warning(
+                "could not write the run record %s/%s: too many conflicts", ref.namespace, name
+            )
+        except ForbiddenError as exc:
+            logger.warning(
+                "cannot write the run record %s/%s (%s); a replay after the jobs are cleaned up "
+                "will not know how attempt %d ended. Grant configmaps get/create/patch "
+                "(deploy/rbac.yaml).",
+                ref.namespace,
+                name,
+                exc.message,
+                ref.attempt,
+            )
+
+    async def _recorded_end(self, client: KubeClient, ref: JobRef) -> AttemptRecord | None:
+        """The recorded end of ``ref``'s attempt, if one was seen (same job: same uid)."""
+        try:
+            record = await _read_record(client, ref.namespace, _record_name_of(ref))
+        except ForbiddenError:
+            return None
+        entry = record.get(ref.attempt) if record is not None else None
+        if entry is None or not entry.finished or (ref.uid and entry.uid != ref.uid):
+            return None
+        return entry
+
+    async def _record_end(
+        self, client: KubeClient, ref: JobRef, status: JobStatus, diagnosis: Diagnosis | None
+    ) -> None:
+        await self._record(
+            client,
+            ref,
+            _record_name_of(ref).rsplit("-", 1)[0],
+            AttemptRecord(
+                attempt=ref.attempt,
+                name=ref.name,
+                uid=ref.uid,
+                phase=str(status.phase),
+                reason=status.reason,
+                message=status.message,
+                start_time=status.start_time,
+                completion_time=status.completion_time,
+                diagnosis=diagnosis,
+                ref=ref.to_dict(),
+            ),
+        )
+
+    # -- attaching -------------------------------------------------------------------------
+
+    async def attach(self, ref: JobRef) -> JobRef:
+        """Find the job of ``ref`` again, from any process, and return its current reference.
+
+        Works whatever this backend's namespace and dialect: the reference says where the job
+        is. A job that is gone but whose end was recorded attaches too (waiting on it returns
+        the recorded outcome).
+
+        Raises:
+            KubeDLPrefectError: ``ref`` is of another backend or another cluster.
+            JobCancelledError: The job is gone (or was replaced) and its end was never recorded.
+        """
+
+        async def find() -> JobRef:
+            client = await self._get_client()
+            self._check_reference(ref, client)
+            try:
+                job = await client.get(job_kind(ref.api_version, ref.kind), ref.namespace, ref.name)
+            except NotFoundError as exc:
+                if await self._recorded_end(client, ref) is not None:
+                    return ref
+                raise _gone(ref) from exc
+            uid = job["metadata"].get("uid", "")
+            if ref.uid and uid != ref.uid:
+                raise JobCancelledError(
+                    f"{ref.kind} {ref.namespace}/{ref.name} was replaced by another job of the "
+                    f"same name (uid {uid}, the reference has {ref.uid})",
+                    hint="the job of this reference was deleted; submit again to run it",
+                )
+            return ref if ref.uid else JobRef.from_dict({**ref.to_dict(), "uid": uid})
+
+        return await self._on_runtime(find())
+
+    def _check_reference(self, ref: JobRef, client: KubeClient) -> None:
+        if ref.backend != self.name:
+            raise KubeDLPrefectError(
+                f"job reference {ref.name} is of the {ref.backend!r} backend, not {self.name!r}",
+                hint=f"attach it with a {ref.backend} backend",
+            )
+        if ref.cluster and ref.cluster.rstrip("/") != client.server.rstrip("/"):
+            raise KubeDLPrefectError(
+                f"job reference {ref.namespace}/{ref.name} is of the cluster {ref.cluster}, but "
+                f"this backend talks to {client.server}",
+                hint="attach it with credentials for the cluster it was submitted to",
+            )
 
     # -- following a job -------------------------------------------------------------------
 
@@ -286,39 +501,38 @@ class KubernetesBackend:
         With ``require_job``, it first waits until the informer holds the job: a job created a
         moment ago may not have reached a shared watch yet, which must not read as a deletion.
         """
-        client = await self._get_client()
-        hub = shared_hub()
-        job_kind = _job_kind(ref)
-        select = _JobObjects(self.dialect, ref.name)
+        session = await self._get_session()
+        client, hub = session.client, session.hub
+        namespace = ref.namespace
+        kind = job_kind(ref.api_version, ref.kind)
+        select = JobObjects(Dialect(ref.dialect), ref.name)
         queue: EventQueue = asyncio.Queue()
         async with contextlib.AsyncExitStack() as stack:
             kinds: list[tuple[ResourceKind, Callable[[KubeObject], bool]]] = [
-                (job_kind, select.is_job),
+                (kind, select.is_job),
                 (PODS, select.is_pod),
                 (VOLCANO_PODGROUPS, select.is_podgroup),
             ]
             if events:
-                kinds.append((EVENTS, lambda e: _event_about(e, ref.name)))
-            for kind, accepts in kinds:
+                kinds.append((EVENTS, select.is_event))
+            for watched, accepts in kinds:
                 await stack.enter_async_context(
-                    hub.subscribe(client, kind, self.namespace, accepts, queue)
+                    hub.subscribe(client, watched, namespace, accepts, queue)
                 )
-            jobs = hub.informer(client, job_kind, self.namespace)
-            pods = hub.informer(client, PODS, self.namespace)
-            podgroups = hub.informer(client, VOLCANO_PODGROUPS, self.namespace)
-            event_log = hub.informer(client, EVENTS, self.namespace) if events else None
+            jobs = hub.informer(client, kind, namespace)
+            pods = hub.informer(client, PODS, namespace)
+            podgroups = hub.informer(client, VOLCANO_PODGROUPS, namespace)
+            event_log = hub.informer(client, EVENTS, namespace) if events else None
             view = _JobView(
                 ref,
                 job=lambda: [job] if (job := jobs.get(ref.name)) is not None else [],
                 pods=lambda: [p for p in pods.by_label(*select.pod_label) if select.is_pod(p)],
                 podgroups=lambda: podgroups.select(select.is_podgroup),
-                events=lambda: (
-                    event_log.select(lambda e: _event_about(e, ref.name)) if event_log else []
-                ),
+                events=lambda: event_log.select(select.is_event) if event_log else [],
             )
             while require_job and not view.job():
                 try:
-                    await client.get(job_kind, self.namespace, ref.name)
+                    await client.get(kind, namespace, ref.name)
                 except NotFoundError as exc:
                     raise view.deleted() from exc
                 await next_event(queue)  # its ADDED event is on the way
@@ -338,10 +552,11 @@ class KubernetesBackend:
             AdmissionTimeoutError: Not admitted in time; carries the last reason. The job is
                 deleted first unless ``delete_on_timeout`` is false.
             JobFailedError: The job failed before it was admitted.
-            JobCancelledError: The job was deleted meanwhile.
+            JobCancelledError: The job was deleted meanwhile (and its end was not recorded).
         """
         try:
-            return await self._on_runtime(self._wait_admitted(ref, timeout_s, on_phase))
+            async with delivered(on_phase, f"phases of {ref.name}") as callback:
+                return await self._on_runtime(self._wait_admitted(ref, timeout_s, callback))
         except AdmissionTimeoutError:
             if delete_on_timeout:
                 await self.cancel(ref)
@@ -350,19 +565,28 @@ class KubernetesBackend:
     async def _wait_admitted(
         self, ref: JobRef, timeout_s: float | None, on_phase: PhaseCallback | None
     ) -> AdmissionState:
-        deadline = _Deadline(timeout_s)
-        async with self._follow(ref) as (view, queue):
-            tracker = _PhaseTracker(on_phase)
-            while True:
-                job = view.current_job()
-                admission = view.admission(job)
-                status = job_status(job)
-                tracker.observe(status, admission)
-                if admission.admitted or status.phase in (Phase.RUNNING, Phase.SUCCEEDED):
-                    return admission
-                if status.phase == Phase.FAILED:
-                    raise self._failed(view, job, status)
-                await deadline.wait(queue, _admission_timeout(ref, timeout_s, admission))
+        deadline = Deadline(timeout_s)
+        client = await self._get_client()
+        try:
+            async with self._follow(ref) as (view, queue):
+                tracker = PhaseTracker(on_phase)
+                while True:
+                    job = view.current_job()
+                    admission = view.admission(job)
+                    status = job_status(job)
+                    tracker.observe(status, admission)
+                    if admission.admitted or status.phase in (Phase.RUNNING, Phase.SUCCEEDED):
+                        return admission
+                    if status.phase == Phase.FAILED:
+                        raise self._failed(view, job)
+                    await deadline.wait(queue, admission_timeout(ref, timeout_s, admission))
+        except JobCancelledError:
+            ended = await self._recorded_end(client, ref)
+            if ended is None:
+                raise
+            if not ended.succeeded:
+                raise _recorded_failure(ref, ended) from None
+            return AdmissionState(admitted=True, reason="the attempt ran and ended (recorded)")
 
     async def phases(self, ref: JobRef) -> AsyncIterator[PhaseUpdate]:
         """Yield each change of the job's phase or replica counts, until it is terminal.
@@ -370,7 +594,7 @@ class KubernetesBackend:
         Must be iterated on the runtime loop; :meth:`wait_completed` is the portable way.
         """
         async with self._follow(ref) as (view, queue):
-            tracker = _PhaseTracker(None)
+            tracker = PhaseTracker(None)
             while True:
                 job = view.current_job()
                 update = tracker.observe(job_status(job), view.admission(job))
@@ -390,21 +614,42 @@ class KubernetesBackend:
         """Follow the job until Succeeded or Failed, through admission, start-up and running.
 
         A failure is returned diagnosed (``outcome.diagnosis``), not raised, so that the caller
-        decides about retries.
+        decides about retries. The end is added to the logical job's record; a job that is gone
+        but whose end was recorded returns that outcome (``outcome.replayed``).
 
         Raises:
             AdmissionTimeoutError, StartupTimeoutError, CompletionTimeoutError: A phase ran out
-                of time (the job is left as it is).
-            JobCancelledError: The job was deleted meanwhile.
+                of time; the job was deleted first unless ``timeouts.delete_on_timeout`` is false.
+            JobCancelledError: The job was deleted meanwhile (and its end was not recorded).
         """
-        return await self._on_runtime(self._wait_completed(ref, timeouts, on_phase))
+        try:
+            async with delivered(on_phase, f"phases of {ref.name}") as callback:
+                return await self._on_runtime(self._wait_completed(ref, timeouts, callback))
+        except WaitTimeoutError:
+            if timeouts.delete_on_timeout:
+                await self.cancel(ref, timeout_s=timeouts.cancel_s)
+            raise
 
     async def _wait_completed(
         self, ref: JobRef, timeouts: WaitTimeouts, on_phase: PhaseCallback | None
     ) -> JobOutcome:
+        client = await self._get_client()
+        try:
+            outcome = await self._follow_to_end(ref, timeouts, on_phase)
+        except JobCancelledError:
+            ended = await self._recorded_end(client, ref)
+            if ended is None:
+                raise
+            return JobOutcome(ref, ended.status(), ended.diagnosis, replayed=True)
+        await self._record_end(client, ref, outcome.status, outcome.diagnosis)
+        return outcome
+
+    async def _follow_to_end(
+        self, ref: JobRef, timeouts: WaitTimeouts, on_phase: PhaseCallback | None
+    ) -> JobOutcome:
         async with self._follow(ref) as (view, queue):
-            tracker = _PhaseTracker(on_phase)
-            stage, deadline = "admission", _Deadline(timeouts.admission_s)
+            tracker = PhaseTracker(on_phase)
+            stage, deadline = "admission", Deadline(timeouts.admission_s)
             while True:
                 job = view.current_job()
                 status = job_status(job)
@@ -421,7 +666,7 @@ class KubernetesBackend:
                             log_tails=await self._failed_log_tails(pods),
                         )
                     return JobOutcome(ref, status, diagnosis, tuple(tracker.history))
-                stuck = stuck_for_good(view.pods()) or _past_active_deadline(job, status)
+                stuck = stuck_for_good(view.pods()) or past_active_deadline(job, status)
                 if stuck is not None:
                     # The operator would leave it pending for ever: fail it now and free the GPUs.
                     await self._cancel(ref, timeouts.cancel_s)
@@ -430,6 +675,7 @@ class KubernetesBackend:
                         reason=str(stuck.category),
                         message=stuck.message,
                         replicas=status.replicas,
+                        start_time=status.start_time,
                         resource_version=status.resource_version,
                     )
                     return JobOutcome(ref, failed, stuck, tuple(tracker.history))
@@ -437,14 +683,14 @@ class KubernetesBackend:
                     admission.admitted
                     or (status.phase != Phase.CREATED and status.phase != Phase.QUEUING)
                 ):
-                    stage, deadline = "startup", _Deadline(timeouts.startup_s)
+                    stage, deadline = "startup", Deadline(timeouts.startup_s)
                 if stage == "startup" and status.phase in (Phase.RUNNING, Phase.RESTARTING):
-                    stage, deadline = "completion", _Deadline(timeouts.completion_s)
-                overdue_in = _seconds_until_overdue(job, status)
+                    stage, deadline = "completion", Deadline(timeouts.completion_s)
+                overdue_in = seconds_until_overdue(job, status)
                 try:
                     async with asyncio.timeout(overdue_in):
                         await deadline.wait(
-                            queue, _timeout(ref, stage, timeouts, status, admission)
+                            queue, phase_timeout(ref, stage, timeouts, status, admission)
                         )
                 except TimeoutError:
                     continue  # the active deadline passed: the next round fails the job
@@ -471,23 +717,27 @@ class KubernetesBackend:
                 tails.setdefault(replica_name(pod), []).extend(lines)
         return tails
 
-    def _failed(self, view: _JobView, job: KubeObject, status: JobStatus) -> JobFailedError:
+    def _failed(self, view: _JobView, job: KubeObject) -> JobFailedError:
         diagnosis = diagnose(job, pods=view.pods(), events=view.events())
         return JobFailedError(
             f"{view.ref.kind} {view.ref.namespace}/{view.ref.name} failed: {diagnosis.summary()}",
             hint=diagnosis.hint,
             retryable=diagnosis.retryable,
+            diagnosis=diagnosis,
         )
 
     async def follow_logs(self, ref: JobRef, on_line: LogCallback) -> None:
         """Deliver every replica's log lines until the job ends and its containers have exited.
 
         Each line is labelled with its replica (``worker-1``); pods re-created by the operator
-        and broken streams are followed on without losing or repeating lines.
+        and broken streams are followed on without losing or repeating lines. ``on_line`` runs
+        on a thread of its own, in order.
         """
-        await self._on_runtime(self._follow_logs(ref, on_line))
+        async with delivered(on_line, f"logs of {ref.name}") as callback:
+            assert callback is not None
+            await self._on_runtime(self._follow_logs(ref, callback))
 
-    async def _follow_logs(self, ref: JobRef, on_line: LogCallback) -> None:
+    async def _follow_logs(self, ref: JobRef, on_line: Callable[[LogLine], None]) -> None:
         client = await self._get_client()
 
         def deliver(line: ContainerLogLine) -> None:
@@ -524,6 +774,76 @@ class KubernetesBackend:
         finally:
             await follower.close()
 
+    # -- what the Prefect surface reads ----------------------------------------------------
+
+    async def replicas(self, ref: JobRef) -> tuple[ReplicaState, ...]:
+        """The job's pods now (role, index, pod, node, phase, restarts), from the shared watch.
+
+        While a wait follows the job this reads the informer's cache (no request); otherwise
+        it joins the namespace's pod watch for the moment.
+        """
+
+        async def read() -> tuple[ReplicaState, ...]:
+            session = await self._get_session()
+            select = JobObjects(Dialect(ref.dialect), ref.name)
+            async with session.hub.subscribe(session.client, PODS, ref.namespace, select.is_pod):
+                informer = session.hub.informer(session.client, PODS, ref.namespace)
+                pods = [p for p in informer.by_label(*select.pod_label) if select.is_pod(p)]
+            return replica_states(pods)
+
+        return await self._on_runtime(read())
+
+    async def find_jobs(
+        self, labels: Mapping[str, str], *, namespace: str | None = None
+    ) -> list[JobRef]:
+        """The training jobs of both operators in ``namespace`` that carry every one of ``labels``.
+
+        Only jobs kubedl-prefect made are returned (it adds its own ``managed-by`` label to the
+        selector). Kinds whose CRD is not installed, or that the credentials may not list, are
+        skipped. Clean-up uses this to find what one Prefect flow run created.
+
+        Args:
+            labels: Labels the jobs must carry (``{"kubedl-prefect.io/flow-run-id": ...}``).
+            namespace: Where to look (default: :attr:`namespace`).
+        """
+        where = namespace or self.namespace
+        wanted = {**labels, LABEL_MANAGED_BY: MANAGED_BY}
+        selector = ",".join(f"{key}={value}" for key, value in sorted(wanted.items()))
+
+        async def find() -> list[JobRef]:
+            client = await self._get_client()
+            found: list[JobRef] = []
+            for dialect in Dialect:
+                for framework in Framework:
+                    resource = job_resource(dialect, framework)
+                    kind = job_kind(resource.api_version, resource.kind)
+                    try:
+                        listing = await client.list(kind, where, label_selector=selector)
+                    except (NotFoundError, ForbiddenError):
+                        continue
+                    for obj in listing.items:
+                        metadata = obj["metadata"]
+                        found.append(
+                            JobRef(
+                                backend=self.name,
+                                cluster=client.server,
+                                dialect=dialect.value,
+                                namespace=where,
+                                name=metadata["name"],
+                                uid=metadata.get("uid", ""),
+                                api_version=obj.get("apiVersion") or resource.api_version,
+                                kind=obj.get("kind") or resource.kind,
+                                key=(metadata.get("annotations") or {}).get(ANNOTATION_KEY, ""),
+                                attempt=int((metadata.get("labels") or {}).get(LABEL_ATTEMPT, 1)),
+                                spec_hash=(metadata.get("annotations") or {}).get(
+                                    ANNOTATION_SPEC_HASH, ""
+                                ),
+                            )
+                        )
+            return found
+
+        return await self._on_runtime(find())
+
     # -- cancel ----------------------------------------------------------------------------
 
     async def cancel(self, ref: JobRef, *, timeout_s: float = 120.0) -> None:
@@ -538,8 +858,10 @@ class KubernetesBackend:
 
     async def _cancel(self, ref: JobRef, timeout_s: float) -> None:
         client = await self._get_client()
-        await client.delete(_job_kind(ref), ref.namespace, ref.name, propagation="Foreground")
-        deadline = _Deadline(timeout_s)
+        await client.delete(
+            job_kind(ref.api_version, ref.kind), ref.namespace, ref.name, propagation="Foreground"
+        )
+        deadline = Deadline(timeout_s)
         async with self._follow(ref, events=False, require_job=False) as (view, queue):
             while True:
                 left = [
@@ -582,11 +904,7 @@ class _JobView:
         self.job, self.pods, self.podgroups, self.events = job, pods, podgroups, events
 
     def deleted(self) -> JobCancelledError:
-        return JobCancelledError(
-            f"{self.ref.kind} {self.ref.namespace}/{self.ref.name} was deleted while being "
-            "waited on",
-            hint="someone or something deleted it (a cancellation, TTL, or kubectl delete)",
-        )
+        return _gone(self.ref)
 
     def current_job(self) -> KubeObject:
         jobs = self.job()
@@ -600,96 +918,71 @@ class _JobView:
         )
 
 
-class _PhaseTracker:
-    """Turns observed states into :class:`PhaseUpdate`s, reporting each change once."""
-
-    def __init__(self, callback: PhaseCallback | None):
-        self.callback = callback
-        self.history: list[PhaseUpdate] = []
-        self._last: tuple[Phase, str, Any] | None = None
-
-    def observe(self, status: JobStatus, admission: AdmissionState) -> PhaseUpdate | None:
-        phase = status.phase
-        if phase in (Phase.CREATED, Phase.QUEUING):
-            if admission.admitted:
-                phase = Phase.ADMITTED
-            elif admission.blocker not in (None, AdmissionBlocker.NOT_CREATED):
-                phase = Phase.QUEUING
-        # While queued, a new reason is news too: it is what the user waits on.
-        reason = admission.reason if phase == Phase.QUEUING else ""
-        key = (phase, reason, tuple(sorted(status.replicas.items())))
-        if key == self._last:
-            return None
-        self._last = key
-        update = PhaseUpdate(
-            phase=phase,
-            status=status,
-            admission=admission if phase in (Phase.QUEUING, Phase.ADMITTED) else None,
-            observed_at=time.time(),
-        )
-        self.history.append(update)
-        if self.callback is not None:
-            self.callback(update)
-        return update
-
-
-class _Deadline:
-    """A deadline on the monotonic clock; ``None`` waits for ever."""
-
-    def __init__(self, timeout_s: float | None):
-        self.timeout_s = timeout_s
-        self.at = None if timeout_s is None else time.monotonic() + timeout_s
-
-    async def wait(self, queue: EventQueue, error: Exception) -> None:
-        """Wait for the next event; raise ``error`` if the deadline passes first."""
-        if self.at is None:
-            await next_event(queue)
-            return
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise error
-        try:
-            async with asyncio.timeout(left):
-                await next_event(queue)
-        except TimeoutError:
-            raise error from None
-
-
-ACTIVE_DEADLINE_GRACE_S = 15.0
-"""How long past ``activeDeadlineSeconds`` we wait for the operator before failing the job."""
-
-
-def _active_deadline_at(job: KubeObject, status: JobStatus) -> float | None:
-    """Wall-clock time by which the operator should have failed the job, if it has a deadline."""
-    spec = job.get("spec") or {}
-    seconds = spec.get("activeDeadlineSeconds") or (spec.get("runPolicy") or {}).get(
-        "activeDeadlineSeconds"
+def _gone(ref: JobRef) -> JobCancelledError:
+    return JobCancelledError(
+        f"{ref.kind} {ref.namespace}/{ref.name} was deleted while being waited on",
+        hint="someone or something deleted it (a cancellation, TTL, or kubectl delete)",
     )
-    if not seconds or not status.start_time:
-        return None
-    started = dt.datetime.fromisoformat(status.start_time.replace("Z", "+00:00")).timestamp()
-    return started + float(seconds) + ACTIVE_DEADLINE_GRACE_S
 
 
-def _seconds_until_overdue(job: KubeObject, status: JobStatus) -> float | None:
-    at = _active_deadline_at(job, status)
-    return None if at is None else max(at - time.time(), 0.0)
-
-
-def _past_active_deadline(job: KubeObject, status: JobStatus) -> Diagnosis | None:
-    """A job the operator left running past its active deadline (some versions never fail it)."""
-    at = _active_deadline_at(job, status)
-    if at is None or time.time() < at:
-        return None
-    return Diagnosis(
-        category=FailureCategory.DEADLINE_EXCEEDED,
-        retryable=False,
-        replica=None,
-        exit_code=None,
-        message=f"the job ran past activeDeadlineSeconds (started {status.start_time}) and the "
-        "operator did not stop it; kubedl-prefect deleted it",
-        hint="raise activeDeadlineSeconds or make the run shorter",
+def _recorded_failure(ref: JobRef, ended: AttemptRecord) -> JobFailedError:
+    diagnosis = ended.diagnosis
+    summary = diagnosis.summary() if diagnosis is not None else ended.message or ended.reason
+    return JobFailedError(
+        f"{ref.kind} {ref.namespace}/{ref.name} failed (recorded): {summary}",
+        hint=diagnosis.hint if diagnosis is not None else None,
+        retryable=diagnosis.retryable if diagnosis is not None else False,
+        diagnosis=diagnosis,
+        attempts=ref.attempt,
     )
+
+
+def _other_spec(namespace: str, record: RunRecord, wanted_hash: str) -> AdoptionRefusedError:
+    return AdoptionRefusedError(
+        f"the logical job {record.spec_name!r} (key {record.key!r}) in {namespace} was run from "
+        f"another spec (spec hash {record.spec_hash[:12]}, now {wanted_hash[:12]})",
+        status=409,
+        reason="AlreadyExists",
+        hint=f"a changed spec needs a new key (or delete the ConfigMap "
+        f"{record_name(record.spec_name, record.key)} that records the old runs)",
+    )
+
+
+def _record_object(name: str, ref: JobRef, data: dict[str, str]) -> KubeObject:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": name,
+            "namespace": ref.namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_KEY_HASH: key_hash(ref.key),
+                LABEL_RECORD: "true",
+            },
+            "annotations": {ANNOTATION_KEY: ref.key, ANNOTATION_SPEC_HASH: ref.spec_hash},
+        },
+        "data": data,
+    }
+
+
+def _parse_record(obj: KubeObject) -> RunRecord | None:
+    text = (obj.get("data") or {}).get(RECORD_DATA_KEY)
+    if not text:
+        return None
+    try:
+        return RunRecord.from_dict(json.loads(text))
+    except (ValueError, KeyError, TypeError) as exc:
+        logger.warning("ignoring the unreadable run record %s: %s", obj["metadata"]["name"], exc)
+        return None
+
+
+async def _read_record(client: KubeClient, namespace: str, name: str) -> RunRecord | None:
+    try:
+        obj = await client.get(CONFIG_MAPS, namespace, name)
+    except NotFoundError:
+        return None
+    return _parse_record(obj)
 
 
 def _has_failed_container(pod: KubeObject) -> bool:
@@ -698,58 +991,3 @@ def _has_failed_container(pod: KubeObject) -> bool:
             if int((state.get("terminated") or {}).get("exitCode") or 0) != 0:
                 return True
     return False
-
-
-def _job_kind(ref: JobRef) -> ResourceKind:
-    return ResourceKind.of({"apiVersion": ref.api_version, "kind": ref.kind})
-
-
-def _event_about(event: KubeObject, job: str) -> bool:
-    involved = str((event.get("involvedObject") or {}).get("name") or "")
-    return involved == job or involved.startswith(f"{job}-")
-
-
-def _admission_hint(admission: AdmissionState) -> str:
-    hints = {
-        AdmissionBlocker.INSUFFICIENT_GPU: "ask for fewer GPUs per replica or fewer replicas, or "
-        "wait for GPUs to free up",
-        AdmissionBlocker.INSUFFICIENT_RESOURCES: "lower the replicas' CPU/memory requests",
-        AdmissionBlocker.UNBOUND_PVC: "create the PersistentVolumeClaim or fix its storage class",
-        AdmissionBlocker.UNTOLERATED_TAINT: "add a toleration for the nodes' taint to the spec",
-        AdmissionBlocker.QUOTA: "raise the namespace's ResourceQuota or the Volcano queue's "
-        "capability",
-    }
-    default = "describe the job's pods and PodGroups"
-    return hints.get(admission.blocker, default) if admission.blocker else default
-
-
-def _admission_timeout(
-    ref: JobRef, timeout_s: float | None, admission: AdmissionState
-) -> AdmissionTimeoutError:
-    return AdmissionTimeoutError(
-        f"{ref.kind} {ref.namespace}/{ref.name} was not admitted within {timeout_s or 0:g}s: "
-        f"{admission.reason}",
-        timeout_s=timeout_s or 0.0,
-        last_reason=admission.reason,
-        hint=_admission_hint(admission),
-    )
-
-
-def _timeout(
-    ref: JobRef, stage: str, timeouts: WaitTimeouts, status: JobStatus, admission: AdmissionState
-) -> WaitTimeoutError:
-    where = f"{ref.kind} {ref.namespace}/{ref.name}"
-    if stage == "admission":
-        return _admission_timeout(ref, timeouts.admission_s, admission)
-    if stage == "startup":
-        return StartupTimeoutError(
-            f"{where} was admitted but did not start within {timeouts.startup_s or 0:g}s "
-            f"(phase {status.phase})",
-            timeout_s=timeouts.startup_s or 0.0,
-            last_reason=status.message or str(status.phase),
-        )
-    return CompletionTimeoutError(
-        f"{where} did not finish within {timeouts.completion_s or 0:g}s (phase {status.phase})",
-        timeout_s=timeouts.completion_s or 0.0,
-        last_reason=status.message or str(status.phase),
-    )

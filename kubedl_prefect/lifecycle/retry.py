@@ -8,7 +8,9 @@ pause, up to a limit; anything else fails at once with its diagnosis.
 
 Because names are deterministic and submission adopts what exists, a flow that crashed and runs
 again with the same key replays its attempts against the jobs already in the cluster instead of
-launching duplicates.
+launching duplicates. And because each attempt's end is recorded (:mod:`.records`), a replay after
+the jobs were cleaned up starts where the record says: it returns a recorded success or raises a
+recorded permanent failure without training again, and resumes at the latest attempt otherwise.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kubedl_prefect.errors import JobFailedError, SpecError, SpecIssue
+from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
     JobRef,
@@ -25,6 +28,8 @@ from kubedl_prefect.lifecycle.backend import (
     TrainingBackend,
     WaitTimeouts,
 )
+from kubedl_prefect.lifecycle.diagnosis import Diagnosis
+from kubedl_prefect.lifecycle.records import AttemptRecord, replay_step
 from kubedl_prefect.spec import TrainingJobSpec
 from kubedl_prefect.spec.naming import MAX_ATTEMPT
 
@@ -77,6 +82,10 @@ async def run_to_completion(
 ) -> JobOutcome:
     """Submit (or adopt) and follow attempts of ``spec`` for ``key`` until one succeeds.
 
+    A replay (the same spec and key again) starts from the logical job's record: a recorded
+    success is returned (``outcome.replayed``) and a recorded permanent failure raised, without
+    submitting anything; otherwise it goes on at the latest recorded attempt.
+
     Returns:
         The outcome of the attempt that succeeded.
 
@@ -84,8 +93,27 @@ async def run_to_completion(
         JobFailedError: A permanent failure, or retryable ones until ``retry.max_attempts``;
             ``diagnosis`` and ``attempts`` say what and how often.
         WaitTimeoutError: A waiting phase ran out of time.
+        AdoptionRefusedError: The key was used for another spec.
+
+    Example:
+        >>> from kubedl_prefect import KubernetesBackend, load_spec, run_to_completion
+        >>> async def nightly() -> None:
+        ...     backend = KubernetesBackend(namespace="ml")
+        ...     outcome = await run_to_completion(
+        ...         backend, load_spec("examples/pytorch-mnist.yaml"), key="nightly-2026-12-01"
+        ...     )
+        ...     print(outcome.status.phase, outcome.ref.attempt)
     """
-    attempt = 1
+    step = replay_step(await backend.history(spec, key=key), max_attempts=retry.max_attempts)
+    previous = step.previous
+    if step.action == "succeeded" and previous is not None and previous.ref is not None:
+        ref = JobRef.from_dict(previous.ref)
+        if on_attempt is not None:
+            on_attempt(ref)
+        return JobOutcome(ref, previous.status(), None, replayed=True)
+    if step.action == "failed" and previous is not None:
+        raise _gave_up(spec, key, previous.attempt, previous.diagnosis, previous)
+    attempt = step.attempt
     while True:
         ref = await backend.submit(spec, key=key, attempt=attempt)
         if on_attempt is not None:
@@ -94,15 +122,54 @@ async def run_to_completion(
         if outcome.succeeded:
             return outcome
         diagnosis = outcome.diagnosis
-        assert diagnosis is not None, "a failed outcome always carries a diagnosis"
-        if not diagnosis.retryable or attempt >= retry.max_attempts:
-            why = "not retryable" if not diagnosis.retryable else f"after {attempt} attempts"
-            raise JobFailedError(
-                f"training job {spec.name} (key {key!r}) failed, {why}: {diagnosis.summary()}",
-                hint=diagnosis.hint,
-                retryable=False,
-                diagnosis=diagnosis,
-                attempts=attempt,
-            )
+        if diagnosis is None or not diagnosis.retryable or attempt >= retry.max_attempts:
+            raise _gave_up(spec, key, attempt, diagnosis, None)
         await asyncio.sleep(retry.delay_s(attempt))
         attempt += 1
+
+
+def run_to_completion_sync(
+    backend: TrainingBackend,
+    spec: TrainingJobSpec,
+    *,
+    key: str,
+    retry: RetryPolicy = RetryPolicy(),
+    timeouts: WaitTimeouts = WaitTimeouts(),
+    on_phase: PhaseCallback | None = None,
+    on_attempt: AttemptCallback | None = None,
+) -> JobOutcome:
+    """Blocking :func:`run_to_completion`, for sync code (same arguments, same result)."""
+    return KubeRuntime.get().run_sync(
+        run_to_completion(
+            backend,
+            spec,
+            key=key,
+            retry=retry,
+            timeouts=timeouts,
+            on_phase=on_phase,
+            on_attempt=on_attempt,
+        )
+    )
+
+
+def _gave_up(
+    spec: TrainingJobSpec,
+    key: str,
+    attempt: int,
+    diagnosis: Diagnosis | None,
+    recorded: AttemptRecord | None,
+) -> JobFailedError:
+    if diagnosis is None:
+        why, hint = "with no diagnosis", None
+        summary = (recorded.message if recorded is not None else "") or "unknown cause"
+    else:
+        why = "not retryable" if not diagnosis.retryable else f"after {attempt} attempts"
+        hint, summary = diagnosis.hint, diagnosis.summary()
+    seen = " (recorded by an earlier run)" if recorded is not None else ""
+    return JobFailedError(
+        f"training job {spec.name} (key {key!r}) failed{seen}, {why}: {summary}",
+        hint=hint,
+        retryable=False,
+        diagnosis=diagnosis,
+        attempts=attempt,
+    )

@@ -27,10 +27,17 @@ from kubedl_prefect.errors import (
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import PODS, VOLCANO_PODGROUPS, ResourceKind
 from kubedl_prefect.kube.runtime import KubeRuntime
+from kubedl_prefect.kube.session import session_pool
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker
-from kubedl_prefect.lifecycle.backend import LogLine, PhaseUpdate, SyncBackend, checkpoint_location
+from kubedl_prefect.lifecycle.backend import (
+    JobRef,
+    LogLine,
+    PhaseUpdate,
+    SyncBackend,
+    checkpoint_location,
+)
 from kubedl_prefect.lifecycle.diagnosis import FailureCategory
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, shared_hub
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import CHECKPOINT_ENV, TrainingJobSpec, dump_spec, job_name, loads_spec
@@ -347,7 +354,7 @@ async def test_fifty_jobs_are_followed_through_one_watch_connection(
     async def informer_watches() -> list[int]:
         return [
             informer.stats.lists
-            for informer in shared_hub().informers()
+            for informer in session_pool().informers()
             if informer.namespace == namespace and informer.kind.plural == "pytorchjobs"
         ]
 
@@ -363,7 +370,7 @@ def test_restarted_waiter_adopts_its_job_instead_of_creating_another(
             f"""
             import sys
             from kubedl_prefect.lifecycle.backend import SyncBackend
-            from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, shared_hub
+            from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
             from kubedl_prefect.spec import load_spec
 
             backend = SyncBackend(KubernetesBackend(
@@ -405,7 +412,7 @@ async def test_logs_of_every_replica_arrive_labelled_once_across_a_broken_stream
     first_lines = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    def collect(line: LogLine) -> None:  # called on the runtime loop's thread
+    def collect(line: LogLine) -> None:  # called on a delivery thread of its own
         lines.append(line)
         if {seen.replica for seen in lines} == set(replicas):
             loop.call_soon_threadsafe(first_lines.set)
@@ -448,3 +455,113 @@ async def test_every_terminal_state_is_reported_once_across_an_apiserver_restart
     assert all(outcome.succeeded for outcome in outcomes)
     for name, seen in updates.items():
         assert [u.phase for u in seen].count(Phase.SUCCEEDED) == 1, name
+
+
+def test_a_reference_saved_in_one_process_is_attached_and_followed_in_another(
+    namespace: str, least_privilege_kubeconfig: Path, tmp_path: Path
+) -> None:
+    submit = tmp_path / "submit.py"
+    submit.write_text(
+        textwrap.dedent(
+            f"""
+            import sys
+            from kubedl_prefect import KubernetesBackend, SyncBackend, load_spec
+
+            backend = SyncBackend(KubernetesBackend(
+                namespace={namespace!r}, kubeconfig={str(least_privilege_kubeconfig)!r}))
+            print(backend.submit(load_spec(sys.argv[1]), key="hand-over").to_json())
+            """
+        )
+    )
+    follow = tmp_path / "follow.py"
+    follow.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, sys
+            from kubedl_prefect import KubeconfigFile, KubernetesBackend, attach
+
+            async def main() -> None:
+                # Another default namespace and dialect: the reference says where the job is.
+                backend = KubernetesBackend(namespace="default", dialect="kubeflow",
+                    credentials=KubeconfigFile({str(least_privilege_kubeconfig)!r}))
+                run = await attach(sys.argv[1], backend=backend)
+                outcome = await run.wait_completed()
+                print(outcome.status.phase, outcome.ref.uid, outcome.ref.namespace)
+                await backend.close()
+
+            asyncio.run(main())
+            """
+        )
+    )
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(dump_spec(pytorch_spec(run_duration="4s")))
+    submitted = subprocess.run(
+        [sys.executable, str(submit), str(spec_file)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    ref = JobRef.from_json(submitted.stdout.strip())
+    followed = subprocess.run(
+        [sys.executable, str(follow), ref.to_json()],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    assert followed.stdout.split() == ["Succeeded", ref.uid, namespace]
+    assert ref.cluster.startswith("https://127.0.0.1:")
+
+
+async def test_a_finished_logical_job_deleted_by_ttl_is_not_trained_again(
+    backend: KubernetesBackend,
+) -> None:
+    spec = pytorch_spec(gpus=0, gang=False, extra="ttlSecondsAfterFinished: 1\n")
+    first = await run_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
+    assert first.succeeded
+    assert not first.replayed
+    kind = ResourceKind.of(backend.manifest(spec, key="ttl", attempt=1))
+
+    async def deleted_by_the_operator() -> None:
+        for _ in range(300):  # checked every 0.2 s: the operator's TTL clean-up is not watched
+            if not await list_objects(backend, kind):
+                return
+            await asyncio.sleep(0.2)
+        raise AssertionError("the operator did not delete the job after its TTL")
+
+    await deleted_by_the_operator()
+    again = await run_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
+    assert again.replayed
+    assert again.succeeded
+    assert again.ref.uid == first.ref.uid
+    assert await list_objects(backend, kind) == []  # nothing was submitted again
+
+
+async def test_two_backends_share_the_watches_and_closing_one_keeps_the_other_waiting(
+    namespace: str, least_privilege_kubeconfig: Path
+) -> None:
+    first, second = (
+        KubernetesBackend(namespace=namespace, kubeconfig=str(least_privilege_kubeconfig))
+        for _ in range(2)
+    )
+    spec = pytorch_spec(gpus=0, gang=False, run_duration="6s")
+    ref_a = await first.submit(spec, key="share-a")
+    ref_b = await second.submit(spec, key="share-b")
+    wait_b = asyncio.ensure_future(second.wait_completed(ref_b))
+    assert (await first.wait_completed(ref_a)).succeeded
+
+    async def watched() -> list[tuple[str, str | None]]:
+        return [
+            (i.kind.plural, i.namespace)
+            for i in session_pool().informers()
+            if i.namespace == namespace
+        ]
+
+    kinds = await KubeRuntime.get().run(watched())
+    assert len(kinds) == len(set(kinds))
+    assert ("pytorchjobs", namespace) in kinds
+    assert (await first.session()) is (await second.session())
+    await first.close()
+    assert (await asyncio.wait_for(wait_b, 120)).succeeded
+    await second.close()

@@ -1,0 +1,497 @@
+"""The Kubernetes backend's decisions, in seconds: against the in-memory API server over HTTP.
+
+The fake API server (tests/support/fakeapi.py) serves list, watch with bookmarks and 410, and
+status subresources like a real one; :class:`FakeOperator` writes what an operator would. So the
+backend runs unchanged — sessions, shared informers, records, retries, deadlines, clean-up — and
+only the operator is played. The real operators are exercised on the test bed
+(tests/integration/test_lifecycle.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from kubedl_prefect.errors import (
+    AdmissionTimeoutError,
+    FailureCategory,
+    JobCancelledError,
+    JobFailedError,
+    KubeDLPrefectError,
+    StartupTimeoutError,
+)
+from kubedl_prefect.kube.credentials import connect
+from kubedl_prefect.kube.resources import CONFIG_MAPS, ResourceKind
+from kubedl_prefect.kube.runtime import KubeRuntime
+from kubedl_prefect.kube.session import SessionPool
+from kubedl_prefect.lifecycle import waiting
+from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, SyncBackend, WaitTimeouts
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, record_name
+from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
+from kubedl_prefect.lifecycle.run import attach
+from kubedl_prefect.lifecycle.status import Phase
+from kubedl_prefect.spec import TrainingJobSpec, parse_spec
+from tests.support.operator import FakeOperator
+
+PYTORCHJOBS = ResourceKind("training.kubedl.io", "v1alpha1", "PyTorchJob", "pytorchjobs")
+FAST_RETRY = RetryPolicy(max_attempts=3, backoff_s=0.0)
+
+
+def spec(**extra: Any) -> TrainingJobSpec:
+    return parse_spec(
+        {
+            "name": "mnist",
+            "image": "ghcr.io/example/mnist:1.0",
+            "replicas": {"master": 1, "worker": 2},
+            "checkpoint": {"location": "s3://checkpoints/team"},
+            **extra,
+        }
+    )
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[SessionPool]:
+    made = SessionPool()
+    yield made
+    await KubeRuntime.get().run(made.close())
+
+
+@pytest.fixture
+async def operator(fake_api: Any) -> AsyncIterator[FakeOperator]:
+    client = await connect(fake_api.credentials)
+    yield FakeOperator(client)
+    await client.close()
+
+
+@pytest.fixture
+def make_backend(fake_api: Any, pool: SessionPool) -> Callable[..., KubernetesBackend]:
+    def make(namespace: str = "ml", dialect: str = "kubedl") -> KubernetesBackend:
+        return KubernetesBackend(
+            namespace=namespace, dialect=dialect, credentials=fake_api.credentials, pool=pool
+        )
+
+    return make
+
+
+async def until(condition: Callable[[], Awaitable[bool]], limit_s: float = 10.0) -> None:
+    """Wait for a condition (checked on every tick of 20 ms), or fail."""
+    deadline = time.monotonic() + limit_s
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+async def jobs_in(operator: FakeOperator, namespace: str = "ml") -> list[str]:
+    listing = await operator.client.list(PYTORCHJOBS, namespace)
+    return sorted(job["metadata"]["name"] for job in listing.items)
+
+
+async def exists(operator: FakeOperator, ref_name: str, namespace: str = "ml") -> bool:
+    return ref_name in await jobs_in(operator, namespace)
+
+
+def informer_keys(pool: SessionPool) -> list[tuple[str, str | None]]:
+    return sorted((i.kind.plural, i.namespace) for i in pool.informers())
+
+
+# -- sessions ------------------------------------------------------------------------------
+
+
+async def test_two_backends_share_one_session_and_closing_one_keeps_the_others_wait(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, pool: SessionPool
+) -> None:
+    first, second = make_backend(), make_backend()
+    ref_a = await first.submit(spec(), key="a")
+    ref_b = await second.submit(spec(), key="b")
+    wait_a = asyncio.ensure_future(first.wait_completed(ref_a))
+    wait_b = asyncio.ensure_future(second.wait_completed(ref_b))
+    await until(lambda: _true(len(pool.informers()) >= 4))
+    assert len(pool.sessions()) == 1
+    keys = informer_keys(pool)
+    assert len(keys) == len(set(keys)), "one informer per kind and namespace"
+
+    await operator.run_to(ref_a)
+    assert (await wait_a).succeeded
+    await first.close()
+    assert len(pool.sessions()) == 1  # the second backend still holds it
+
+    await operator.run_to(ref_b)
+    assert (await asyncio.wait_for(wait_b, 10)).succeeded
+    await second.close()
+    assert pool.sessions() == []
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# -- references and attach -----------------------------------------------------------------
+
+
+async def test_a_reference_is_followed_from_a_backend_of_another_namespace_and_dialect(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    ref = await make_backend("ml").submit(spec(), key="attach")
+    elsewhere = make_backend("default", "kubeflow")
+    run = await attach(ref.to_json(), backend=elsewhere)
+    waiting_task = asyncio.ensure_future(run.wait_completed())
+    await operator.run_to(ref)
+    outcome = await asyncio.wait_for(waiting_task, 10)
+    assert outcome.succeeded
+    assert (outcome.ref.namespace, outcome.ref.uid) == ("ml", ref.uid)
+
+
+async def test_attach_refuses_a_reference_of_another_cluster(
+    make_backend: Callable[..., KubernetesBackend],
+) -> None:
+    ref = await make_backend().submit(spec(), key="cluster")
+    moved = JobRef.from_dict({**ref.to_dict(), "cluster": "https://10.9.9.9:6443"})
+    with pytest.raises(KubeDLPrefectError, match=r"10\.9\.9\.9"):
+        await make_backend().attach(moved)
+
+
+async def test_attach_to_a_deleted_job_without_a_recorded_end_is_cancelled(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="gone")
+    await operator.client.delete(PYTORCHJOBS, "ml", ref.name)
+    with pytest.raises(JobCancelledError):
+        await backend.attach(ref)
+
+
+# -- replays -------------------------------------------------------------------------------
+
+
+async def run_when_created(
+    operator: FakeOperator, namespace: str, name: str, act: Callable[[JobRef], Awaitable[None]]
+) -> None:
+    await until(lambda: exists(operator, name, namespace))
+    job = await operator.client.get(PYTORCHJOBS, namespace, name)
+    ref = JobRef(
+        backend="kubernetes",
+        cluster="",
+        dialect="kubedl",
+        namespace=namespace,
+        name=name,
+        uid=job["metadata"]["uid"],
+        api_version=job["apiVersion"],
+        kind=job["kind"],
+        key="",
+        attempt=1,
+        spec_hash="",
+    )
+    await act(ref)
+
+
+async def test_a_replay_after_the_jobs_were_cleaned_up_does_not_train_again(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, fake_api: Any
+) -> None:
+    backend = make_backend()
+    name = backend.manifest(spec(), key="ttl", attempt=1)["metadata"]["name"]
+    playing = asyncio.ensure_future(run_when_created(operator, "ml", name, operator.run_to))
+    first = await run_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
+    await playing
+    assert first.succeeded
+    assert not first.replayed
+    await operator.client.delete(PYTORCHJOBS, "ml", name)  # ttlSecondsAfterFinished
+    await until(lambda: _not(exists(operator, name)))
+
+    again = await run_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
+    assert again.succeeded
+    assert again.replayed
+    assert again.ref.uid == first.ref.uid
+    assert await jobs_in(operator) == []  # nothing was submitted
+
+
+async def _not(value: Awaitable[bool]) -> bool:
+    return not await value
+
+
+async def test_a_replay_after_a_recorded_eviction_resumes_at_the_next_attempt(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="evicted")
+    waiting_task = asyncio.ensure_future(backend.wait_completed(ref))
+    await operator.pods(ref, {"master": 1, "worker": 2})
+    await operator.condition(ref, "Running")
+    await operator.evict(ref, "worker-1")
+    await operator.condition(ref, "Failed")
+    outcome = await waiting_task
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category == FailureCategory.EVICTED
+    await operator.client.delete(PYTORCHJOBS, "ml", ref.name)
+
+    attempts: list[JobRef] = []
+    second = backend.manifest(spec(), key="evicted", attempt=2)["metadata"]["name"]
+    playing = asyncio.ensure_future(run_when_created(operator, "ml", second, operator.run_to))
+    final = await run_to_completion(
+        backend, spec(), key="evicted", retry=FAST_RETRY, on_attempt=attempts.append
+    )
+    await playing
+    assert [a.attempt for a in attempts] == [2]
+    assert final.succeeded
+    assert final.ref.attempt == 2
+
+
+async def test_a_changed_spec_under_a_recorded_key_is_refused(
+    make_backend: Callable[..., KubernetesBackend],
+) -> None:
+    backend = make_backend()
+    await backend.submit(spec(), key="same")
+    with pytest.raises(KubeDLPrefectError, match="another spec"):
+        await backend.history(spec(image="ghcr.io/example/mnist:2.0"), key="same")
+
+
+# -- retries -------------------------------------------------------------------------------
+
+
+async def test_an_eviction_is_retried_with_the_same_checkpoint_and_the_next_attempt_succeeds(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    names = [backend.manifest(spec(), key="retry", attempt=n)["metadata"]["name"] for n in (1, 2)]
+
+    async def evict(ref: JobRef) -> None:
+        await operator.pods(ref, {"master": 1, "worker": 2})
+        await operator.condition(ref, "Running")
+        await operator.evict(ref, "worker-0")
+        await operator.condition(ref, "Failed")
+
+    async def play() -> None:
+        await run_when_created(operator, "ml", names[0], evict)
+        await run_when_created(operator, "ml", names[1], operator.run_to)
+
+    playing = asyncio.ensure_future(play())
+    attempts: list[JobRef] = []
+    outcome = await run_to_completion(
+        backend, spec(), key="retry", retry=FAST_RETRY, on_attempt=attempts.append
+    )
+    await playing
+    assert outcome.succeeded
+    assert [a.attempt for a in attempts] == [1, 2]
+    checkpoints = {
+        env["value"]
+        for name in names
+        for role in (await operator.client.get(PYTORCHJOBS, "ml", name))["spec"][
+            "pytorchReplicaSpecs"
+        ].values()
+        for env in role["template"]["spec"]["containers"][0].get("env", [])
+        if env["name"] == "KUBEDL_PREFECT_CHECKPOINT_DIR"
+    }
+    assert len(checkpoints) == 1
+
+
+async def test_a_user_code_failure_is_not_retried(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    name = backend.manifest(spec(), key="bug", attempt=1)["metadata"]["name"]
+
+    async def crash(ref: JobRef) -> None:
+        await operator.pods(ref, {"master": 1, "worker": 2})
+        await operator.condition(ref, "Running")
+        await operator.exit(ref, "master-0", 1)
+        await operator.condition(ref, "Failed")
+
+    playing = asyncio.ensure_future(run_when_created(operator, "ml", name, crash))
+    with pytest.raises(JobFailedError) as caught:
+        await run_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
+    await playing
+    assert caught.value.attempts == 1
+    assert caught.value.diagnosis is not None
+    assert caught.value.diagnosis.category == FailureCategory.USER_CODE
+    assert await jobs_in(operator) == [name]
+
+    # A replay raises the recorded failure again, and submits nothing.
+    await operator.client.delete(PYTORCHJOBS, "ml", name)
+    with pytest.raises(JobFailedError, match="recorded"):
+        await run_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
+    assert await jobs_in(operator) == []
+
+
+# -- stuck jobs, deadlines, admission ------------------------------------------------------
+
+
+async def test_an_image_that_cannot_be_pulled_fails_at_once_and_the_job_is_deleted(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="pull")
+    waiting_task = asyncio.ensure_future(backend.wait_completed(ref))
+    await operator.pods(ref, {"master": 1, "worker": 2})
+    await operator.image_pull_error(ref, "worker-1")
+    outcome = await asyncio.wait_for(waiting_task, 10)
+    assert outcome.status.phase == Phase.FAILED
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category == FailureCategory.IMAGE_PULL
+    assert not outcome.diagnosis.retryable
+    assert await jobs_in(operator) == []
+
+
+async def test_a_job_past_its_active_deadline_is_failed_and_deleted(
+    make_backend: Callable[..., KubernetesBackend],
+    operator: FakeOperator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(waiting, "ACTIVE_DEADLINE_GRACE_S", 0.0)
+    backend = make_backend()
+    ref = await backend.submit(spec(activeDeadlineSeconds=1), key="deadline")
+    waiting_task = asyncio.ensure_future(backend.wait_completed(ref))
+    await operator.pods(ref, {"master": 1, "worker": 2})
+    await operator.condition(ref, "Running")
+    outcome = await asyncio.wait_for(waiting_task, 10)
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category == FailureCategory.DEADLINE_EXCEEDED
+    assert await jobs_in(operator) == []
+
+
+@pytest.mark.parametrize("delete", [True, False])
+async def test_an_admission_timeout_names_the_reason_and_deletes_unless_asked_to_keep(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, delete: bool
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key=f"queue-{delete}")
+    await operator.pods(ref, {"master": 1, "worker": 2}, scheduled=False)
+    await operator.unschedulable(
+        ref, "worker-1", "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    )
+    with pytest.raises(AdmissionTimeoutError, match=r"nvidia\.com/gpu") as caught:
+        await backend.wait_admitted(ref, timeout_s=0.5, delete_on_timeout=delete)
+    assert caught.value.last_reason
+    assert "Insufficient" in caught.value.last_reason
+    assert (await jobs_in(operator) == []) is delete
+
+
+# -- callbacks -----------------------------------------------------------------------------
+
+
+async def test_a_slow_callback_does_not_delay_another_jobs_terminal_report(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    slow_ref = await backend.submit(spec(), key="slow")
+    fast_ref = await backend.submit(spec(), key="fast")
+    blocked = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def slow(update: PhaseUpdate) -> None:
+        if update.phase == Phase.RUNNING:
+            loop.call_soon_threadsafe(blocked.set)
+            time.sleep(3)
+
+    slow_wait = asyncio.ensure_future(backend.wait_completed(slow_ref, on_phase=slow))
+    fast_wait = asyncio.ensure_future(backend.wait_completed(fast_ref))
+    await operator.pods(slow_ref, {"master": 1, "worker": 2})
+    await operator.condition(slow_ref, "Running")
+    await asyncio.wait_for(blocked.wait(), 5)  # the slow callback now sleeps for 3 s
+    await operator.pods(fast_ref, {"master": 1, "worker": 2})
+    await operator.condition(fast_ref, "Running")
+    await operator.condition(fast_ref, "Succeeded")
+    ended_at = time.monotonic()
+    outcome = await asyncio.wait_for(fast_wait, 5)
+    delay = time.monotonic() - ended_at
+    assert outcome.succeeded
+    assert delay < 0.1, f"the fast job's end was reported {delay:.3f}s late"
+    await operator.condition(slow_ref, "Succeeded")
+    assert (await asyncio.wait_for(slow_wait, 10)).succeeded
+
+
+async def test_callbacks_never_run_on_the_runtime_loop_and_all_arrive_before_the_result(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="threads")
+    seen: list[tuple[Phase, bool]] = []
+    runtime = KubeRuntime.get()
+    waiting_task = asyncio.ensure_future(
+        backend.wait_completed(ref, on_phase=lambda u: seen.append((u.phase, runtime.in_runtime())))
+    )
+    await operator.run_to(ref)
+    outcome = await waiting_task
+    assert seen
+    assert seen[-1][0] == Phase.SUCCEEDED
+    assert not any(on_runtime for _, on_runtime in seen)
+    assert [u.phase for u in outcome.history] == [p for p, _ in seen]
+
+
+# -- records and namespaces ----------------------------------------------------------------
+
+
+async def test_each_attempt_is_recorded_in_one_config_map_per_logical_job(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="record")
+    task = asyncio.ensure_future(backend.wait_completed(ref))
+    await operator.run_to(ref)
+    await task
+    record = await backend.history(spec(), key="record")
+    assert record is not None
+    assert record.latest is not None
+    assert (record.latest.attempt, record.latest.uid, record.latest.phase) == (
+        1,
+        ref.uid,
+        "Succeeded",
+    )
+    stored = await operator.client.get(CONFIG_MAPS, "ml", record_name("mnist", "record"))
+    assert stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubedl-prefect"
+
+
+async def test_the_sync_face_submits_attaches_reads_history_and_cancels(
+    fake_api: Any, pool: SessionPool, operator: FakeOperator
+) -> None:
+    backend = SyncBackend(
+        KubernetesBackend(namespace="ml", credentials=fake_api.credentials, pool=pool)
+    )
+
+    def use() -> tuple[JobRef, JobRef, Any]:
+        ref = backend.submit(spec(), key="sync")
+        attached = backend.attach(ref)
+        history = backend.history(spec(), key="sync")
+        backend.cancel(ref, timeout_s=5)
+        backend.cancel(ref, timeout_s=5)  # idempotent
+        return ref, attached, history
+
+    ref, attached, history = await asyncio.to_thread(use)  # the fake server runs on this loop
+    assert attached == ref
+    assert history is not None
+    assert history.latest is not None
+    assert await jobs_in(operator) == []
+
+
+@pytest.mark.parametrize("delete", [True, False])
+async def test_every_wait_that_gives_up_follows_one_rule_also_through_run_to_completion(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, delete: bool
+) -> None:
+    backend = make_backend()
+    timeouts = WaitTimeouts(admission_s=0.5, delete_on_timeout=delete)
+    name = backend.manifest(spec(), key=f"give-up-{delete}", attempt=1)["metadata"]["name"]
+
+    async def queue_it(ref: JobRef) -> None:
+        await operator.pods(ref, {"master": 1, "worker": 2}, scheduled=False)
+        await operator.unschedulable(
+            ref, "master-0", "0/2 nodes are available: 2 Insufficient cpu."
+        )
+
+    playing = asyncio.ensure_future(run_when_created(operator, "ml", name, queue_it))
+    with pytest.raises(AdmissionTimeoutError, match="Insufficient cpu"):
+        await run_to_completion(
+            backend, spec(), key=f"give-up-{delete}", retry=FAST_RETRY, timeouts=timeouts
+        )
+    await playing
+    assert (await jobs_in(operator) == []) is delete
+
+    # Called directly, the same rule: a start-up that never comes is given up on likewise.
+    ref = await backend.submit(spec(), key=f"startup-{delete}")
+    await operator.pods(ref, {"master": 1, "worker": 2})
+    startup = WaitTimeouts(startup_s=0.5, delete_on_timeout=delete)
+    with pytest.raises(StartupTimeoutError):
+        await backend.wait_completed(ref, timeouts=startup)
+    assert (ref.name in await jobs_in(operator)) is not delete
