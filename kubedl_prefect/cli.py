@@ -33,6 +33,8 @@ from kubedl_prefect.spec import (
     render,
     validate,
 )
+from kubedl_prefect.spec.porting import DialectChoice, import_file
+from kubedl_prefect.spec.reader import SPEC_LIMITS, read_text_file
 
 if TYPE_CHECKING:
     from typer._click import Command, Context
@@ -74,10 +76,12 @@ def read_spec(path: Path) -> TrainingJobSpec:
         SpecError: If it is malformed YAML or an invalid spec.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise UnreadableSpecError(f"cannot read {path}: {reason}") from exc
+        with path.open("rb"):
+            pass
+    except OSError as exc:
+        raise UnreadableSpecError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    # Size limit, and text that is not UTF-8 reported with its line, column and fix.
+    text = read_text_file(path, SPEC_LIMITS)
     return loads_spec(text, source=str(path))
 
 
@@ -180,6 +184,36 @@ def validate_command(
         else "(operator-specific checks skipped: add --dialect kubedl or --dialect kubeflow)"
     )
     typer.echo(f"OK: {spec}: {parsed.framework.value} job {parsed.name!r} is valid {scope}")
+
+
+@app.command("import")
+def import_command(
+    manifest: Annotated[
+        Path,
+        typer.Argument(
+            help="KubeDL or Kubeflow job manifests (YAML, one or several documents).",
+            metavar="MANIFEST",
+            show_default=False,
+        ),
+    ],
+    dialect: Annotated[
+        DialectChoice,
+        typer.Option(
+            "--dialect",
+            "-d",
+            help="The manifests' operator; auto: read it from each apiVersion.",
+            case_sensitive=False,
+        ),
+    ] = DialectChoice.AUTO,
+) -> None:
+    """Print a training-job spec for each job in MANIFEST (see docs/porting.md)."""
+    if not manifest.is_file():
+        _run(lambda: _unreadable(manifest))
+    typer.echo(_run(lambda: import_file(manifest, dialect)), nl=False)
+
+
+def _unreadable(path: Path) -> None:
+    raise UnreadableSpecError(f"cannot read {path}: no such file")
 
 
 def _run(action: Callable[[], _T]) -> _T:

@@ -27,9 +27,12 @@ from kubedl_prefect.spec.io import (
 )
 from kubedl_prefect.spec.kube_types import (
     Affinity,
+    ContainerPort,
     EmptyDir,
     EnvValue,
     HostPath,
+    MetricSpec,
+    MetricTarget,
     Resources,
     Toleration,
     Volume,
@@ -51,7 +54,10 @@ from kubedl_prefect.spec.naming import (
     key_hash,
     max_spec_name_length,
 )
-from kubedl_prefect.spec.renderers import Manifest, RenderOptions, render
+from kubedl_prefect.spec.porting import ImportedSpec, import_manifest, import_manifests
+from kubedl_prefect.spec.reader import MAX_SPEC_BYTES
+from kubedl_prefect.spec.renderers import MAX_MANIFEST_BYTES, Manifest, RenderOptions, render
+from kubedl_prefect.spec.semantics import differences, operator_view
 from kubedl_prefect.spec.types import (
     CHECKPOINT_ENV,
     GPU_RESOURCE,
@@ -71,9 +77,12 @@ __all__ = [
     "CHECKPOINT_ENV",
     "GPU_RESOURCE",
     "MAX_ATTEMPT",
+    "MAX_MANIFEST_BYTES",
+    "MAX_SPEC_BYTES",
     "Affinity",
     "Checkpoint",
     "CleanPodPolicy",
+    "ContainerPort",
     "ContainerSettings",
     "Dialect",
     "Elastic",
@@ -83,8 +92,11 @@ __all__ = [
     "Gang",
     "HostPath",
     "ImagePullPolicy",
+    "ImportedSpec",
     "JobResource",
     "Manifest",
+    "MetricSpec",
+    "MetricTarget",
     "Network",
     "RenderOptions",
     "ResolvedRole",
@@ -96,15 +108,19 @@ __all__ = [
     "TrainingJobSpec",
     "Volume",
     "as_dialect",
+    "differences",
     "dump_manifests",
     "dump_spec",
     "dump_yaml",
+    "import_manifest",
+    "import_manifests",
     "job_name",
     "job_resource",
     "key_hash",
     "load_spec",
     "loads_spec",
     "max_spec_name_length",
+    "operator_view",
     "parse_spec",
     "render",
     "spec_hash",

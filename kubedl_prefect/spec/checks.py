@@ -23,6 +23,7 @@ from kubedl_prefect.spec.types import (
     Dialect,
     Framework,
     Role,
+    main_container_names,
 )
 
 if TYPE_CHECKING:
@@ -35,9 +36,10 @@ CHECKPOINT_VOLUME = "kubedl-prefect-checkpoint"
 
 def spec_issues(spec: TrainingJobSpec) -> list[SpecIssue]:
     """Every dialect-independent cross-field problem of ``spec`` (empty when it is valid)."""
-    issues = [*_role_issues(spec), *_name_issues(spec)]
+    issues = [*_role_issues(spec), *_name_issues(spec), *_container_name_issues(spec)]
     for resolved in spec.resolved_roles():
         issues += _container_issues(spec, resolved)
+        issues += _pod_template_issues(spec, resolved)
     issues += [*_elastic_issues(spec), *_gang_issues(spec), *_framework_field_issues(spec)]
     issues += [*_env_issues(spec), *_volume_issues(spec)]
     return list(dict.fromkeys(issues))  # top-level settings shared by roles report once
@@ -150,6 +152,94 @@ def _container_issues(spec: TrainingJobSpec, resolved: ResolvedRole) -> Iterator
         )
     if resolved.resources is not None:
         yield from _resource_issues(resolved)
+    if spec.network is not None and spec.network.host_network:
+        own = spec.replicas[resolved.role].ports is not None
+        for index, port in enumerate(resolved.ports or []):
+            if port.host_port is not None and port.host_port != port.container_port:
+                yield SpecIssue(
+                    f"{resolved.path + '.' if own else ''}ports[{index}].hostPort",
+                    f"on the host network a port is the host's: hostPort {port.host_port} must "
+                    f"equal containerPort {port.container_port}",
+                    "remove hostPort, or make it equal to containerPort",
+                )
+
+
+def _container_name_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    if spec.framework is Framework.MPI:
+        return
+    sources = [("containerName", spec.container_name)] + [
+        (f"replicas.{role.value}.containerName", role_spec.container_name)
+        for role, role_spec in spec.replicas.items()
+    ]
+    names = " and ".join(sorted(main_container_names(spec.framework)))
+    for path, name in sources:
+        if name is not None:
+            yield SpecIssue(
+                path,
+                f"containerName applies to MPI jobs only: the {spec.framework.value} operators "
+                f"find the training container by its name ({names})",
+                "remove containerName",
+            )
+
+
+def _pod_template_issues(spec: TrainingJobSpec, resolved: ResolvedRole) -> Iterator[SpecIssue]:
+    """Containers the pod-template fragments add must be whole; the main one keeps its image."""
+    if resolved.role not in FRAMEWORKS[spec.framework].roles:
+        return
+    aliases = main_container_names(spec.framework, resolved.container_name)
+    role_spec = spec.replicas[resolved.role]
+    fragments = [
+        (path, fragment)
+        for path, fragment in (
+            ("podTemplate", spec.pod_template),
+            (f"{resolved.path}.podTemplate", role_spec.pod_template),
+        )
+        if fragment
+    ]
+    spelled = " or ".join(sorted(aliases))
+    for field in ("containers", "initContainers"):
+        first: dict[str, str] = {}  # container name -> path of the item that adds it
+        images: dict[str, object] = {}
+        for path, fragment in fragments:
+            items = (fragment.get("spec") or {}).get(field) or []
+            main_items = [i for i, item in enumerate(items) if item["name"] in aliases]
+            if field == "containers" and len(main_items) > 1:
+                yield SpecIssue(
+                    f"{path}.spec.containers",
+                    "two items address the training container ("
+                    + ", ".join(repr(items[i]["name"]) for i in main_items)
+                    + ")",
+                    "merge them into one item",
+                )
+            for index, item in enumerate(items):
+                name = item["name"]
+                if field == "containers" and name in aliases:
+                    if "image" in item and not (isinstance(item["image"], str) and item["image"]):
+                        yield SpecIssue(
+                            f"{path}.spec.containers[{index}].image",
+                            "the pod template removes or blanks the training container's image",
+                            "remove image from this item (set image in the spec instead)",
+                        )
+                    continue
+                first.setdefault(name, f"{path}.spec.{field}[{index}]")
+                if "image" in item:
+                    images[name] = item["image"]
+        for name, where in first.items():
+            image = images.get(name)
+            if not (isinstance(image, str) and image):
+                main = (
+                    f"; the training container of a {spec.framework.value} job is named "
+                    f"{spelled} in the pod template"
+                    if field == "containers"
+                    else ""
+                )
+                yield SpecIssue(
+                    f"{where}.image",
+                    f"{field[:-1] if field == 'containers' else 'init container'} {name!r} has no "
+                    f"image: it is a container of its own, not the training container{main}",
+                    f"give {name!r} an image"
+                    + (f", or name it {spelled} to change the training container" if main else ""),
+                )
 
 
 def _resource_issues(resolved: ResolvedRole) -> Iterator[SpecIssue]:

@@ -12,12 +12,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from kubedl_prefect.spec.naming import DNS1035_PATTERN
 from kubedl_prefect.spec.quantity import is_quantity, parse_quantity
+from kubedl_prefect.spec.reader import source_text
 
 INT32_MAX: Final = 2**31 - 1
 """The largest value of a Kubernetes ``int32`` field."""
@@ -140,9 +141,15 @@ def _check_absolute_path(value: str) -> str:
 
 
 def _number_to_text(value: Any) -> Any:
-    # YAML turns `cpu: 4` and `memory: 1e9` into numbers; quantities are strings in Kubernetes.
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return format(value, "g") if isinstance(value, float) else str(value)
+    # YAML turns `cpu: 4` and `cpu: 0.5` into numbers; quantities are strings in Kubernetes. A
+    # number read from YAML keeps the text it was written as.
+    if isinstance(value, bool):
+        raise spec_error(
+            f"{str(value).lower()} is a boolean, not a quantity",
+            "write a quantity such as 4, 500m or 16Gi",
+        )
+    if isinstance(value, int | float):
+        return source_text(value)
     return value
 
 
@@ -185,10 +192,16 @@ PodFieldPath = Annotated[str, AfterValidator(_check_pod_field)]
 """A pod field the downward API can expose (``metadata.name``, ``status.podIP``...)."""
 SubPath = Annotated[str, AfterValidator(_check_sub_path)]
 """A relative path inside a volume, without ``..``."""
-Int32 = Annotated[int, Field(ge=0, le=INT32_MAX)]
-"""A non-negative ``int32``."""
-PositiveInt32 = Annotated[int, Field(ge=1, le=INT32_MAX)]
-"""A positive ``int32``."""
+StrictInt = Annotated[int, Strict()]
+"""A whole number, strictly: booleans (YAML ``true``), floats (``2.0``) and strings are refused."""
+StrictBool = Annotated[bool, Strict()]
+"""``true`` or ``false``, strictly: numbers and strings (``"yes"``) are refused."""
+Int32 = Annotated[int, Strict(), Field(ge=0, le=INT32_MAX)]
+"""A non-negative ``int32`` (strict: no booleans, floats or strings)."""
+PositiveInt32 = Annotated[int, Strict(), Field(ge=1, le=INT32_MAX)]
+"""A positive ``int32`` (strict)."""
+PortNumber = Annotated[int, Strict(), Field(ge=1, le=65535)]
+"""A TCP/UDP port, 1 to 65535 (strict)."""
 
 
 # --- base model ------------------------------------------------------------------------------

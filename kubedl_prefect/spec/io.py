@@ -1,8 +1,12 @@
 """Loading specs from YAML and dumping specs and manifests to YAML.
 
-YAML problems become :class:`~kubedl_prefect.errors.SpecError` with line numbers, and so do
-spec problems: each issue names the field path and the line it is on. Duplicate keys, which
-PyYAML would silently collapse to the last one, are refused.
+Reading goes through :mod:`kubedl_prefect.spec.reader`: bounded in size, alias expansion and
+depth, strict about scalars YAML 1.1 and 1.2 read differently, and about duplicate keys. YAML
+problems become :class:`~kubedl_prefect.errors.SpecError` with line and column numbers, and so do
+spec problems: each issue names the field path and the line it is on.
+
+Dumping quotes every string that some YAML reader could take for something else (``yes``,
+``y``, ``0755``, ``1:30``...), so that kubectl and our reader read the output alike.
 """
 
 from __future__ import annotations
@@ -14,8 +18,15 @@ from typing import Any, Final
 import yaml
 from pydantic.alias_generators import to_camel
 
-from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.model import SPEC_API_VERSION, SPEC_KIND, TrainingJobSpec
+from kubedl_prefect.spec.reader import (
+    SPEC_LIMITS,
+    SourceFloat,
+    SourceInt,
+    is_ambiguous_text,
+    parse_document,
+    read_text_file,
+)
 from kubedl_prefect.spec.validation import parse_spec
 
 _LEADING_FIELDS: Final = ("apiVersion", "kind", "name", "framework")
@@ -35,41 +46,53 @@ def loads_spec(text: str, *, source: str | None = None) -> TrainingJobSpec:
         >>> loads_spec("{name: mnist, image: busybox, replicas: {master: 1}}").name
         'mnist'
     """
-    node, data = _compose(text, source)
+    node, data = parse_document(text, source=source, limits=SPEC_LIMITS)
     return parse_spec(data, source=source, line_of=lambda loc: _line_of(node, loc))
 
 
 def load_spec(path: str | Path) -> TrainingJobSpec:
-    """Read and parse a spec file.
+    """Read and parse a spec file (at most :data:`~kubedl_prefect.spec.reader.MAX_SPEC_BYTES`).
 
     Raises:
-        SpecError: If the file cannot be read, is malformed YAML, or holds an invalid spec.
+        SpecError: If the file cannot be read, is too large or not UTF-8 (path ``(file)``), is
+            malformed YAML, or holds an invalid spec.
     """
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            [SpecIssue("(file)", f"cannot read {file}: {exc}", "check the path and permissions")],
-            source=str(file),
-        ) from exc
-    return loads_spec(text, source=str(file))
+    return loads_spec(read_text_file(file, SPEC_LIMITS), source=str(file))
 
 
 def spec_to_data(spec: TrainingJobSpec) -> dict[str, Any]:
-    """The spec as plain data in its YAML spelling, without fields left at their defaults."""
+    """The spec as plain data in its YAML spelling, without fields left at their defaults.
+
+    Literal environment values are written as plain strings (``LOGLEVEL: DEBUG``), and a role's
+    ``count`` and ``restartPolicy`` come first.
+    """
     data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     head = {"apiVersion": SPEC_API_VERSION, "kind": SPEC_KIND, "name": spec.name}
     head["framework"] = spec.framework.value
+    _literal_env(data)
     data["replicas"] = {role: _role_data(fields) for role, fields in data["replicas"].items()}
     return head | {k: v for k, v in data.items() if k not in _LEADING_FIELDS}
+
+
+def _literal_env(data: dict[str, Any]) -> None:
+    for settings in [data, *data.get("replicas", {}).values()]:
+        env = settings.get("env")
+        if isinstance(env, dict):
+            settings["env"] = {
+                name: value["value"] if set(value) == {"value"} else value
+                for name, value in env.items()
+            }
 
 
 def _role_data(fields: dict[str, Any]) -> Any:
     count = fields.pop("count", 1)
     if not fields:
         return count  # the `worker: 2` shorthand
-    return {"count": count, **fields}
+    first = {"count": count}
+    if "restartPolicy" in fields:
+        first["restartPolicy"] = fields.pop("restartPolicy")
+    return first | fields
 
 
 def dump_spec(spec: TrainingJobSpec) -> str:
@@ -78,16 +101,29 @@ def dump_spec(spec: TrainingJobSpec) -> str:
 
 
 def dump_yaml(data: Any) -> str:
-    """Block-style YAML, keys in insertion order, long strings unwrapped."""
-    return yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1_000_000
+    """Block-style YAML, keys in insertion order, long strings unwrapped, ambiguous text quoted.
+
+    Example:
+        >>> print(dump_yaml({"debug": "y", "mode": "0755", "count": 1}), end="")
+        debug: 'y'
+        mode: '0755'
+        count: 1
+    """
+    return yaml.dump(
+        data,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1_000_000,
     )
 
 
 def dump_manifests(manifests: Iterable[Mapping[str, Any]]) -> str:
     """Several manifests as one multi-document YAML stream (``---`` separated)."""
-    return yaml.safe_dump_all(
+    return yaml.dump_all(
         [dict(m) for m in manifests],
+        Dumper=_Dumper,
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
@@ -96,57 +132,18 @@ def dump_manifests(manifests: Iterable[Mapping[str, Any]]) -> str:
     )
 
 
-def _compose(text: str, source: str | None) -> tuple[yaml.Node | None, Any]:
-    loader: yaml.SafeLoader | None = None
-    try:
-        loader = yaml.SafeLoader(text)  # checks the characters already
-        node = loader.get_single_node()
-        if node is not None:
-            _refuse_duplicate_keys(node)
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
-        problem = exc.problem or exc.context or "malformed YAML"
-        fix = (
-            "keep only one" if isinstance(exc, _DuplicateKeyError) else "fix the YAML syntax there"
-        )
-        raise SpecError(
-            [SpecIssue("(yaml)", f"{problem} at {where}", fix)],
-            source=source,
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(
-            [SpecIssue("(yaml)", str(exc), "fix the YAML syntax")], source=source
-        ) from exc
-    finally:
-        if loader is not None:
-            loader.dispose()
-    return node, data
+class _Dumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, quoting strings that YAML 1.1 or 1.2 would read as non-strings."""
+
+    def represent_str(self, data: str) -> yaml.ScalarNode:
+        if is_ambiguous_text(data):
+            return self.represent_scalar("tag:yaml.org,2002:str", data, style="'")
+        return super().represent_str(data)
 
 
-class _DuplicateKeyError(yaml.MarkedYAMLError):
-    pass
-
-
-def _refuse_duplicate_keys(node: yaml.Node) -> None:
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, yaml.MappingNode):
-            seen: dict[str, yaml.Node] = {}
-            for key, value in current.value:
-                if isinstance(key, yaml.ScalarNode):
-                    if key.value in seen:
-                        first = seen[key.value].start_mark.line + 1
-                        raise _DuplicateKeyError(
-                            problem=f"duplicate key {key.value!r} (first given on line {first})",
-                            problem_mark=key.start_mark,
-                        )
-                    seen[key.value] = key
-                stack += [key, value]
-        elif isinstance(current, yaml.SequenceNode):
-            stack += current.value
+_Dumper.add_representer(str, _Dumper.represent_str)
+_Dumper.add_representer(SourceInt, yaml.SafeDumper.represent_int)
+_Dumper.add_representer(SourceFloat, yaml.SafeDumper.represent_float)
 
 
 def _line_of(node: yaml.Node | None, loc: Sequence[str | int]) -> int | None:

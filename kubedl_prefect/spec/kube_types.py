@@ -7,8 +7,9 @@ would check, so that an invalid value is refused with its field path instead of 
 
 from __future__ import annotations
 
+import ipaddress
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, cast
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
@@ -22,12 +23,17 @@ from kubedl_prefect.spec.fields import (
     NonEmptyStr,
     ObjectName,
     PodFieldPath,
+    PortNumber,
+    PositiveInt32,
     QualifiedName,
     Quantity,
     SpecModel,
+    StrictBool,
+    StrictInt,
     SubPath,
     spec_error,
 )
+from kubedl_prefect.spec.reader import plain_numbers, source_text
 
 # --- environment ---------------------------------------------------------------------------
 
@@ -37,7 +43,7 @@ class KeyRef(SpecModel):
 
     name: ObjectName = Field(description="Name of the Secret or ConfigMap.")
     key: ConfigKey = Field(description="Key inside it.")
-    optional: bool | None = Field(default=None, description="Whether the key may be missing.")
+    optional: StrictBool | None = Field(default=None, description="Whether the key may be missing.")
 
 
 class FieldRef(SpecModel):
@@ -49,8 +55,10 @@ class FieldRef(SpecModel):
 def _scalar_to_env_value(value: Any) -> Any:
     if isinstance(value, bool):
         return {"value": "true" if value else "false"}
-    if isinstance(value, str | int | float):
-        return {"value": str(value)}
+    if isinstance(value, int | float):
+        return {"value": source_text(value)}  # as written: `LR: 1.0e-5` stays "1.0e-5"
+    if isinstance(value, str):
+        return {"value": value}
     return value
 
 
@@ -126,7 +134,7 @@ class Toleration(SpecModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
         default=None, description="Taint effect to match; empty matches all."
     )
-    toleration_seconds: int | None = Field(
+    toleration_seconds: StrictInt | None = Field(
         default=None, description="For NoExecute: how long the pod stays after the taint."
     )
 
@@ -237,7 +245,7 @@ class NodeSelector(SpecModel):
 class PreferredSchedulingTerm(SpecModel):
     """A weighted node preference."""
 
-    weight: int = Field(ge=1, le=100, description="Weight, 1 to 100.")
+    weight: Annotated[StrictInt, Field(ge=1, le=100)] = Field(description="Weight, 1 to 100.")
     preference: NodeSelectorTerm = Field(description="The preferred term.")
 
 
@@ -266,7 +274,7 @@ class PodAffinityTerm(SpecModel):
 class WeightedPodAffinityTerm(SpecModel):
     """A weighted pod (anti-)affinity preference."""
 
-    weight: int = Field(ge=1, le=100, description="Weight, 1 to 100.")
+    weight: Annotated[StrictInt, Field(ge=1, le=100)] = Field(description="Weight, 1 to 100.")
     pod_affinity_term: PodAffinityTerm = Field(description="The term.")
 
 
@@ -325,7 +333,7 @@ class Volume(SpecModel):
 
     name: DNS1123Label = Field(description="Volume name, unique in the spec.")
     mount_path: AbsolutePath = Field(description="Where the volume appears in the container.")
-    read_only: bool | None = Field(default=None, description="Mount read-only.")
+    read_only: StrictBool | None = Field(default=None, description="Mount read-only.")
     sub_path: SubPath | None = Field(
         default=None, description="Mount only this relative sub-path of the volume."
     )
@@ -350,7 +358,231 @@ class Volume(SpecModel):
         return self
 
 
+# --- ports ----------------------------------------------------------------------------------
+
+_PORT_NAME: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def _check_port_name(value: str) -> str:
+    if (
+        len(value) > 15
+        or not _PORT_NAME.match(value)
+        or "--" in value
+        or not re.search("[a-z]", value)
+    ):
+        raise spec_error(
+            f"{value!r} is not a valid port name (IANA service name)",
+            "use at most 15 lower-case letters, digits and single '-', with at least one letter, "
+            "starting and ending with a letter or digit (e.g. metrics)",
+        )
+    return value
+
+
+def _check_ip(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise spec_error(f"{value!r} is not an IP address", "write e.g. 0.0.0.0") from None
+    return value
+
+
+PortName = Annotated[str, AfterValidator(_check_port_name)]
+"""A port name: an IANA service name (at most 15 characters, at least one letter)."""
+
+
+class ContainerPort(SpecModel):
+    """A port the training container exposes (as in a Kubernetes container).
+
+    The operators find their own port by name (``pytorchjob-port``, ``tfjob-port``,
+    ``mpi-port``, ``xgboostjob-port``): a port of that name replaces the operator's default.
+    """
+
+    container_port: PortNumber = Field(description="The port number in the container.")
+    name: PortName | None = Field(default=None, description="Port name, unique in the pod.")
+    protocol: Literal["TCP", "UDP", "SCTP"] | None = Field(
+        default=None, description="TCP (the default), UDP or SCTP."
+    )
+    host_port: PortNumber | None = Field(
+        default=None, description="Expose the port on the node too (rarely needed)."
+    )
+    host_ip: Annotated[str, AfterValidator(_check_ip)] | None = Field(
+        default=None, description="Node address the host port binds to."
+    )
+
+
+def _unique_ports(ports: list[ContainerPort] | None) -> list[ContainerPort] | None:
+    if ports is None:
+        return None
+    names: set[str] = set()
+    numbers: set[tuple[int, str]] = set()
+    for port in ports:
+        key = (port.container_port, port.protocol or "TCP")
+        if key in numbers:
+            raise spec_error(
+                f"port {port.container_port}/{key[1]} is listed twice",
+                "list each port and protocol once",
+            )
+        numbers.add(key)
+        if port.name is not None:
+            if port.name in names:
+                raise spec_error(f"port name {port.name!r} is used twice", "name each port once")
+            names.add(port.name)
+    return ports
+
+
+Ports = Annotated[list[ContainerPort], AfterValidator(_unique_ports)]
+"""Container ports: unique by number and protocol, and by name."""
+
+
+# --- autoscaling metrics (elastic training) --------------------------------------------------
+
+
+_TARGET_FIELDS: Final = ("value", "average_value", "average_utilization")
+
+
+class MetricTarget(SpecModel):
+    """The target value of a metric (``autoscaling/v2`` ``MetricTarget``)."""
+
+    type: Literal["Utilization", "Value", "AverageValue"] = Field(
+        description="Utilization (percent of the request), Value or AverageValue."
+    )
+    value: Quantity | None = Field(default=None, description="For type Value.")
+    average_value: Quantity | None = Field(default=None, description="For type AverageValue.")
+    average_utilization: PositiveInt32 | None = Field(
+        default=None, description="For type Utilization: percent of the requested resource."
+    )
+
+    @model_validator(mode="after")
+    def _field_fits_type(self) -> MetricTarget:
+        wanted = {
+            "Utilization": "average_utilization",
+            "Value": "value",
+            "AverageValue": "average_value",
+        }[self.type]
+        given = [n for n in _TARGET_FIELDS if getattr(self, n) is not None]
+        if given != [wanted]:
+            camel = {
+                "average_utilization": "averageUtilization",
+                "value": "value",
+                "average_value": "averageValue",
+            }
+            raise spec_error(
+                f"a {self.type} target needs {camel[wanted]} and nothing else, got "
+                f"{', '.join(camel[n] for n in given) or 'none'}",
+                f"give only {camel[wanted]}",
+            )
+        return self
+
+
+class MetricIdentifier(SpecModel):
+    """A metric by name, optionally narrowed by a label selector."""
+
+    name: NonEmptyStr = Field(description="Metric name.")
+    selector: LabelSelector | None = Field(default=None, description="Metric labels.")
+
+
+class ObjectReference(SpecModel):
+    """The object an Object metric describes."""
+
+    api_version: NonEmptyStr | None = Field(default=None, description="e.g. v1.")
+    kind: NonEmptyStr = Field(description="e.g. Service.")
+    name: NonEmptyStr = Field(description="Its name.")
+
+
+class ResourceMetric(SpecModel):
+    """A resource (cpu, memory) of the pods, averaged."""
+
+    name: QualifiedName = Field(description="Resource name, e.g. cpu.")
+    target: MetricTarget = Field(description="The target.")
+
+
+class ContainerResourceMetric(ResourceMetric):
+    """A resource of one container of the pods."""
+
+    container: DNS1123Label = Field(description="Container name.")
+
+
+class PodsMetric(SpecModel):
+    """A custom metric of the pods, averaged."""
+
+    metric: MetricIdentifier = Field(description="The metric.")
+    target: MetricTarget = Field(description="The target (AverageValue).")
+
+
+class ObjectMetric(SpecModel):
+    """A metric of another object."""
+
+    described_object: ObjectReference = Field(description="The object.")
+    metric: MetricIdentifier = Field(description="The metric.")
+    target: MetricTarget = Field(description="The target (Value or AverageValue).")
+
+
+class ExternalMetric(SpecModel):
+    """A metric from outside the cluster."""
+
+    metric: MetricIdentifier = Field(description="The metric.")
+    target: MetricTarget = Field(description="The target (Value or AverageValue).")
+
+
+_METRIC_SOURCES: Final = {
+    "Resource": ("resource", ("Utilization", "AverageValue")),
+    "ContainerResource": ("container_resource", ("Utilization", "AverageValue")),
+    "Pods": ("pods", ("AverageValue",)),
+    "Object": ("object_", ("Value", "AverageValue")),
+    "External": ("external", ("Value", "AverageValue")),
+}
+
+
+class MetricSpec(SpecModel):
+    """One metric the operator's autoscaler scales elastic workers on (``autoscaling/v2``).
+
+    Exactly the member named by ``type`` is given, e.g. ``{type: Resource, resource: {name: cpu,
+    target: {type: Utilization, averageUtilization: 80}}}``.
+    """
+
+    type: Literal["Resource", "ContainerResource", "Pods", "Object", "External"] = Field(
+        description="Which member holds the metric."
+    )
+    resource: ResourceMetric | None = Field(default=None, description="For type Resource.")
+    container_resource: ContainerResourceMetric | None = Field(
+        default=None, description="For type ContainerResource."
+    )
+    pods: PodsMetric | None = Field(default=None, description="For type Pods.")
+    object_: ObjectMetric | None = Field(
+        default=None, alias="object", description="For type Object."
+    )
+    external: ExternalMetric | None = Field(default=None, description="For type External.")
+
+    @model_validator(mode="after")
+    def _member_fits_type(self) -> MetricSpec:
+        wanted, targets = _METRIC_SOURCES[self.type]
+        members = {name for name, _ in _METRIC_SOURCES.values() if getattr(self, name) is not None}
+        spelled = {
+            "resource": "resource",
+            "container_resource": "containerResource",
+            "pods": "pods",
+            "object_": "object",
+            "external": "external",
+        }
+        if members != {wanted}:
+            raise spec_error(
+                f"a {self.type} metric needs `{spelled[wanted]}` and no other member, got "
+                f"{', '.join(sorted(spelled[m] for m in members)) or 'none'}",
+                f"give only {spelled[wanted]}: {{...}}",
+            )
+        target: MetricTarget = getattr(self, wanted).target
+        if target.type not in targets:
+            raise spec_error(
+                f"a {self.type} metric cannot have a {target.type} target",
+                f"use a target of type {' or '.join(targets)}",
+            )
+        return self
+
+
 # --- raw pod template (the escape hatch) ------------------------------------------------------
+
+POD_TEMPLATE_METADATA: Final = frozenset({"labels", "annotations"})
+"""What ``podTemplate.metadata`` may hold (the operators set the pods' names)."""
 
 
 def _check_pod_template(value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -362,11 +594,68 @@ def _check_pod_template(value: dict[str, Any] | None) -> dict[str, Any] | None:
             f"a pod template has only metadata and spec, not {', '.join(map(repr, unknown))}",
             "put pod fields under spec (e.g. spec: {priorityClassName: high})",
         )
+    if not value:
+        raise spec_error(
+            "the pod template is empty", "remove podTemplate, or give metadata or spec"
+        )
     for part in ("metadata", "spec"):
         if part in value and not isinstance(value[part], dict):
             raise spec_error(f"podTemplate.{part} must be a mapping", f"write {part}: {{...}}")
-    return value
+    _check_template_metadata(value.get("metadata") or {})
+    _check_template_spec(value.get("spec") or {})
+    return cast("dict[str, Any]", plain_numbers(value))
+
+
+def _check_template_metadata(metadata: dict[str, Any]) -> None:
+    unknown = sorted(set(metadata) - POD_TEMPLATE_METADATA)
+    if unknown:
+        raise spec_error(
+            f"podTemplate.metadata may hold labels and annotations only, not "
+            f"{', '.join(map(repr, unknown))} (the operators name the pods themselves)",
+            "remove it; use the spec's labels and annotations for the job and its pods",
+        )
+    for part in sorted(POD_TEMPLATE_METADATA & set(metadata)):
+        entries = metadata[part]
+        if not isinstance(entries, dict) or not all(
+            isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in entries.items()
+        ):
+            raise spec_error(
+                f"podTemplate.metadata.{part} must map names to strings (or null to remove one)",
+                "quote the values",
+            )
+
+
+def _check_template_spec(spec: dict[str, Any]) -> None:
+    if "restartPolicy" in spec:
+        raise spec_error(
+            "podTemplate.spec.restartPolicy is overwritten by the operator with the role's "
+            "restart policy",
+            "set the role's restartPolicy instead (OnFailure, ExitCode or Never)",
+        )
+    if "containers" in spec and spec["containers"] in (None, []):
+        raise spec_error(
+            f"podTemplate.spec.containers: {'null' if spec['containers'] is None else '[]'} "
+            "would remove the training container",
+            "list only the containers to add or change",
+        )
+    for field in ("containers", "initContainers"):
+        items = spec.get(field)
+        if items is None:
+            continue
+        if not isinstance(items, list) or not all(
+            isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"]
+            for item in items
+        ):
+            raise spec_error(
+                f"podTemplate.spec.{field} must be a list of containers, each with a name",
+                "write e.g. - {name: sidecar, image: busybox:1.36}",
+            )
+        names = [item["name"] for item in items]
+        if len(set(names)) != len(names):
+            raise spec_error(
+                f"podTemplate.spec.{field} names a container twice", "list each container once"
+            )
 
 
 PodTemplate = Annotated[dict[str, Any] | None, AfterValidator(_check_pod_template)]
-"""Raw pod-template fields (``metadata``, ``spec``), deep-merged last by the renderers."""
+"""Raw pod-template fields (``metadata`` and/or ``spec``), deep-merged last by the renderers."""

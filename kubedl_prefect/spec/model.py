@@ -37,32 +37,47 @@ from kubedl_prefect.spec.fields import (
     NonEmptyStr,
     ObjectName,
     PodFieldPath,
+    PortNumber,
     PositiveInt32,
     QualifiedName,
     Quantity,
     SpecModel,
+    StrictBool,
+    StrictInt,
     SubPath,
     spec_error,
 )
 from kubedl_prefect.spec.kube_types import (
     Affinity,
+    ContainerPort,
+    ContainerResourceMetric,
     EmptyDir,
     Env,
     EnvValue,
     EnvValueField,
+    ExternalMetric,
     FieldRef,
     HostPath,
     KeyRef,
     LabelSelector,
     LabelSelectorRequirement,
+    MetricIdentifier,
+    MetricSpec,
+    MetricTarget,
     NodeAffinity,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
+    ObjectMetric,
+    ObjectReference,
     PodAffinity,
     PodAffinityTerm,
+    PodsMetric,
     PodTemplate,
+    PortName,
+    Ports,
     PreferredSchedulingTerm,
+    ResourceMetric,
     Resources,
     Toleration,
     Volume,
@@ -92,6 +107,8 @@ __all__ = [
     "Affinity",
     "Checkpoint",
     "ConfigKey",
+    "ContainerPort",
+    "ContainerResourceMetric",
     "ContainerSettings",
     "DNS1035Name",
     "DNS1123Label",
@@ -101,6 +118,7 @@ __all__ = [
     "EnvName",
     "EnvValue",
     "EnvValueField",
+    "ExternalMetric",
     "FieldRef",
     "Gang",
     "HostPath",
@@ -109,27 +127,39 @@ __all__ = [
     "LabelSelector",
     "LabelSelectorRequirement",
     "LabelValue",
+    "MetricIdentifier",
+    "MetricSpec",
+    "MetricTarget",
     "Network",
     "NodeAffinity",
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
     "NonEmptyStr",
+    "ObjectMetric",
     "ObjectName",
+    "ObjectReference",
     "PodAffinity",
     "PodAffinityTerm",
     "PodFieldPath",
     "PodTemplate",
+    "PodsMetric",
+    "PortName",
+    "PortNumber",
+    "Ports",
     "PositiveInt32",
     "PreferredSchedulingTerm",
     "QualifiedName",
     "Quantity",
     "ResolvedRole",
+    "ResourceMetric",
     "Resources",
     "RestartPolicyField",
     "RoleSpec",
     "RoleSpecField",
     "SpecModel",
+    "StrictBool",
+    "StrictInt",
     "SubPath",
     "Toleration",
     "TrainingJobSpec",
@@ -206,7 +236,7 @@ class Network(SpecModel):
     nccl_socket_ifname: NonEmptyStr | None = Field(
         default=None, description="NCCL_SOCKET_IFNAME, e.g. eth0 or ^lo,docker."
     )
-    host_network: bool = Field(default=False, description="Run the pods on the host network.")
+    host_network: StrictBool = Field(default=False, description="Run the pods on the host network.")
 
 
 class Elastic(SpecModel):
@@ -219,6 +249,10 @@ class Elastic(SpecModel):
     )
     rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] = Field(
         default="c10d", description="Rendezvous backend."
+    )
+    metrics: list[MetricSpec] | None = Field(
+        default=None,
+        description="Metrics the operator's autoscaler scales the workers on (autoscaling/v2).",
     )
 
 
@@ -248,15 +282,41 @@ class ContainerSettings(SpecModel):
     )
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerated taints.")
     affinity: Affinity | None = Field(default=None, description="Scheduling affinity.")
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="PriorityClass of the pods (gang.priorityClass: the group's)."
+    )
+    ports: Ports | None = Field(default=None, description="Ports of the training container.")
+    service_account_name: ObjectName | None = Field(
+        default=None, description="ServiceAccount the pods run as."
+    )
+    image_pull_secrets: list[ObjectName] | None = Field(
+        default=None, description="Secrets for pulling the image."
+    )
+    container_name: DNS1123Label | None = Field(
+        default=None,
+        description="MPI only: the training container's name (default: mpi).",
+    )
     pod_template: PodTemplate = Field(
         default=None,
         description="Raw pod-template fields deep-merged last (escape hatch; see docs/spec.md).",
     )
 
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _unique_secrets(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise spec_error("a secret is listed twice", "list each secret once")
+        return value
+
 
 def _count_shorthand(value: Any) -> Any:
     # `worker: 2` is short for `worker: {count: 2}`.
-    if isinstance(value, int) and not isinstance(value, bool):
+    if isinstance(value, bool):
+        raise spec_error(
+            f"{str(value).lower()} is a boolean, not a replica count",
+            "write a whole number (worker: 2) or the role's settings (worker: {count: 2, ...})",
+        )
+    if isinstance(value, int):
         return {"count": value}
     return value
 
@@ -288,6 +348,8 @@ class ResolvedRole:
         env: Top-level env with the role's entries applied.
         resources: The role's resources, else the top level's.
         resources_path: Where ``resources`` came from (``replicas.worker.resources``).
+        container_name: The training container's name if the spec sets one (MPI only), else
+            ``None``: each operator's own name.
         pod_templates: Raw pod-template fragments, top level first, role last.
     """
 
@@ -306,6 +368,11 @@ class ResolvedRole:
     node_selector: dict[str, str] | None
     tolerations: list[Toleration] | None
     affinity: Affinity | None
+    priority_class_name: str | None
+    ports: list[ContainerPort] | None
+    service_account_name: str | None
+    image_pull_secrets: list[str] | None
+    container_name: str | None
     pod_templates: tuple[dict[str, Any], ...]
 
 
@@ -338,7 +405,7 @@ class TrainingJobSpec(ContainerSettings):
     backoff_limit: Int32 | None = Field(
         default=None, description="Retries (container restarts) before the job is failed."
     )
-    active_deadline_seconds: Annotated[int, Field(ge=1)] | None = Field(
+    active_deadline_seconds: Annotated[StrictInt, Field(ge=1)] | None = Field(
         default=None, description="Seconds the job may run before the operator fails it."
     )
     ttl_seconds_after_finished: Int32 | None = Field(
@@ -361,12 +428,6 @@ class TrainingJobSpec(ContainerSettings):
     annotations: dict[QualifiedName, str] | None = Field(
         default=None, description="Annotations of the job and its pods."
     )
-    service_account_name: ObjectName | None = Field(
-        default=None, description="ServiceAccount the pods run as."
-    )
-    image_pull_secrets: list[ObjectName] | None = Field(
-        default=None, description="Secrets for pulling the image."
-    )
     slots_per_worker: PositiveInt32 | None = Field(
         default=None, description="MPI only: slots per worker in the hostfile."
     )
@@ -377,13 +438,6 @@ class TrainingJobSpec(ContainerSettings):
         default=None,
         description="PyTorch, Kubeflow only: processes per pod (auto, cpu, gpu or a number).",
     )
-
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _unique_secrets(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise spec_error("a secret is listed twice", "list each secret once")
-        return value
 
     @field_validator("replicas")
     @classmethod
@@ -432,6 +486,11 @@ class TrainingJobSpec(ContainerSettings):
             node_selector=_pick(spec.node_selector, self.node_selector),
             tolerations=_pick(spec.tolerations, self.tolerations),
             affinity=_pick(spec.affinity, self.affinity),
+            priority_class_name=_pick(spec.priority_class_name, self.priority_class_name),
+            ports=_pick(spec.ports, self.ports),
+            service_account_name=_pick(spec.service_account_name, self.service_account_name),
+            image_pull_secrets=_pick(spec.image_pull_secrets, self.image_pull_secrets),
+            container_name=_pick(spec.container_name, self.container_name),
             pod_templates=templates,
         )
 

@@ -157,6 +157,24 @@ FRAMEWORKS: Final = MappingProxyType(
     }
 )
 
+
+def main_container_names(framework: Framework, container_name: str | None = None) -> frozenset[str]:
+    """The names that address a role's training container ("the main container") in a spec.
+
+    Each operator's own name for the framework, whichever the dialect (an XGBoost job's main
+    container is ``xgboostjob`` to KubeDL and ``xgboost`` to Kubeflow), and the spec's
+    ``containerName`` when it sets one (MPI jobs).
+
+    Example:
+        >>> sorted(main_container_names(Framework.XGBOOST))
+        ['xgboost', 'xgboostjob']
+    """
+    names = set(FRAMEWORKS[framework].containers.values())
+    if container_name is not None:
+        names.add(container_name)
+    return frozenset(names)
+
+
 API_GROUPS: Final = MappingProxyType(
     {Dialect.KUBEDL: ("training.kubedl.io", "v1alpha1"), Dialect.KUBEFLOW: ("kubeflow.org", "v1")}
 )

@@ -22,6 +22,7 @@ from pydantic_core import ErrorDetails
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import dialect_issues
 from kubedl_prefect.spec.model import TrainingJobSpec
+from kubedl_prefect.spec.reader import source_text
 from kubedl_prefect.spec.types import Dialect
 
 LineOf = Callable[[Sequence[str | int]], int | None]
@@ -72,7 +73,9 @@ def validate(
     """Check ``spec`` for the operator of ``dialect`` (only dialect-free rules when ``None``).
 
     The model already enforces the dialect-free rules when it is built; this adds the
-    operator's own (KubeDL needs a PyTorch ``Master`` and has no elastic policy, ...).
+    operator's own (KubeDL needs a PyTorch ``Master`` and has no elastic policy, ...) and checks
+    the manifest it renders to: every container has an image, and the object is small enough
+    for the API server (see :data:`kubedl_prefect.spec.renderers.MAX_MANIFEST_BYTES`).
 
     Args:
         spec: The spec to check.
@@ -86,6 +89,10 @@ def validate(
         return
     chosen = as_dialect(dialect)
     issues = dialect_issues(spec, chosen)
+    if not issues:
+        from kubedl_prefect.spec.renderers import manifest_issues, render_unchecked
+
+        issues = manifest_issues(render_unchecked(spec, chosen))
     if issues:
         where = source or spec.name
         raise SpecError(issues, source=f"{where} (for {chosen.value})")
@@ -162,6 +169,11 @@ def _describe(error: ErrorDetails, loc: tuple[str | int, ...]) -> tuple[str, str
         field = str(loc[-1])
         known = _known_fields(loc[:-1])
         close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
+        if len(loc) == 3 and loc[0] == "replicas" and field in _known_fields(()):
+            return (
+                f"{field!r} is a setting of the whole job, not of one role",
+                f"move {field} to the top level of the spec",
+            )
         if close:
             fix = f"did you mean `{close[0]}`?"
         elif known:
@@ -180,7 +192,34 @@ def _describe(error: ErrorDetails, loc: tuple[str | int, ...]) -> tuple[str, str
             hint = f"did you mean `{close[0]}`? " if close else ""
             return f"{given!r} is not allowed here", f"{hint}use one of: {expected}"
         return f"{given!r} is not allowed", f"use {expected}"
+    typed = _wrong_type(kind, error.get("input"))
+    if typed is not None:
+        return typed
     return error["msg"], _generic_fix(kind, ctx)
+
+
+def _wrong_type(kind: str, given: Any) -> tuple[str, str] | None:
+    """Problem and fix for a value of the wrong scalar type, naming what was given."""
+    if kind in {"int_type", "int_parsing", "int_from_float"}:
+        if isinstance(given, bool):
+            return (
+                f"{str(given).lower()} is a boolean, where a whole number goes",
+                "write a whole number, e.g. 1 (YAML reads true and false as booleans)",
+            )
+        if isinstance(given, str):
+            return (
+                f"{given!r} is text, where a whole number goes",
+                "write the whole number unquoted",
+            )
+        if isinstance(given, float):
+            return f"{given} is not a whole number", "write a whole number, without a decimal point"
+    if kind == "bool_type" and not isinstance(given, bool):
+        return f"{given!r} is not true or false", "write true or false (unquoted)"
+    if kind == "string_type" and isinstance(given, bool | int | float):
+        shown = str(given).lower() if isinstance(given, bool) else source_text(given)
+        what = "a boolean" if isinstance(given, bool) else "a number"
+        return f"{shown} is {what}, where text goes", f"quote it: '{shown}'"
+    return None
 
 
 def _generic_fix(kind: str, ctx: Mapping[str, Any]) -> str:

@@ -213,3 +213,12 @@ def test_testbed_group_behaves_as_the_test_bed_app(
     bare = runner.invoke(app, ["testbed"])
     assert "Commands:" in bare.output
     assert "restart" in bare.output
+
+
+def test_a_file_that_is_not_utf8_is_refused_with_its_line_column_and_fix(tmp_path: Path) -> None:
+    spec = tmp_path / "latin1.yaml"
+    spec.write_bytes("name: café\nimage: busybox\nreplicas: {master: 1}\n".encode("latin-1"))
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == ExitCode.INVALID_SPEC
+    assert "line 1, column 10" in result.output
+    assert "UTF-8" in result.output

@@ -13,7 +13,7 @@ from typing import Any
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import CHECKPOINT_VOLUME
-from kubedl_prefect.spec.kube_types import EnvValue, Volume
+from kubedl_prefect.spec.kube_types import EnvValue, Resources, Volume
 from kubedl_prefect.spec.model import ResolvedRole, TrainingJobSpec
 from kubedl_prefect.spec.naming import (
     DNS1035_MAX,
@@ -26,6 +26,9 @@ from kubedl_prefect.spec.types import (
     GPU_RESOURCE,
     NCCL_IFNAME_ENV,
     Dialect,
+    Framework,
+    Role,
+    main_container_names,
 )
 
 Manifest = dict[str, Any]
@@ -115,17 +118,64 @@ def run_policy(spec: TrainingJobSpec, priority_field: str) -> Manifest:
     return policy
 
 
+def main_container_name(spec: TrainingJobSpec, resolved: ResolvedRole, dialect: Dialect) -> str:
+    """The name the training container of ``resolved`` gets in ``dialect``."""
+    if resolved.container_name is not None:
+        return resolved.container_name
+    return FRAMEWORKS[spec.framework].container_name(dialect)
+
+
 def replica_specs(spec: TrainingJobSpec, dialect: Dialect, options: RenderOptions) -> Manifest:
     """``{ReplicaType: {replicas, restartPolicy, template}}`` in the framework's role order."""
-    container = FRAMEWORKS[spec.framework].container_name(dialect)
     return {
         resolved.role.replica_type: {
             "replicas": resolved.count,
             "restartPolicy": resolved.restart_policy.value,
-            "template": pod_template(spec, resolved, container, options),
+            "template": pod_template(
+                spec, resolved, main_container_name(spec, resolved, dialect), options
+            ),
         }
         for resolved in spec.resolved_roles()
     }
+
+
+def mpi_main_container(spec: TrainingJobSpec, dialect: Dialect) -> str:
+    """``spec.mainContainer`` of an MPIJob: the workers' training container.
+
+    The launcher runs the MPI processes in it (``kubectl exec --container``).
+    """
+    assert spec.framework is Framework.MPI
+    for resolved in spec.resolved_roles():
+        if resolved.role is Role.WORKER:
+            return main_container_name(spec, resolved, dialect)
+    return FRAMEWORKS[spec.framework].container_name(dialect)
+
+
+def address_main_container(
+    fragment: dict[str, Any], aliases: frozenset[str], name: str
+) -> dict[str, Any]:
+    """``fragment`` with every container item named by one of ``aliases`` renamed to ``name``.
+
+    A pod-template fragment may name the training container by any of its names (``xgboost``
+    and ``xgboostjob`` for XGBoost jobs): each operator's dialect gets its own.
+
+    Example:
+        >>> address_main_container(
+        ...     {"spec": {"containers": [{"name": "xgboost", "tty": True}]}},
+        ...     frozenset({"xgboost", "xgboostjob"}),
+        ...     "xgboostjob",
+        ... )
+        {'spec': {'containers': [{'name': 'xgboostjob', 'tty': True}]}}
+    """
+    pod = fragment.get("spec")
+    if not isinstance(pod, dict) or not isinstance(pod.get("containers"), list):
+        return fragment
+    containers: list[Any] = pod["containers"]
+    renamed = [
+        {**item, "name": name} if isinstance(item, dict) and item.get("name") in aliases else item
+        for item in containers
+    ]
+    return {**fragment, "spec": {**pod, "containers": renamed}}
 
 
 def pod_template(
@@ -133,10 +183,10 @@ def pod_template(
 ) -> Manifest:
     """The pod template of one role, with the raw ``podTemplate`` fragments merged last."""
     pod: Manifest = {"containers": [_container(spec, resolved, container_name, options)]}
-    if spec.service_account_name is not None:
-        pod["serviceAccountName"] = spec.service_account_name
-    if spec.image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": name} for name in spec.image_pull_secrets]
+    if resolved.service_account_name is not None:
+        pod["serviceAccountName"] = resolved.service_account_name
+    if resolved.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in resolved.image_pull_secrets]
     if spec.gang is not None and spec.gang.scheduler is not None:
         pod["schedulerName"] = spec.gang.scheduler
     if spec.network is not None and spec.network.host_network:
@@ -145,12 +195,14 @@ def pod_template(
     if resolved.node_selector:
         pod["nodeSelector"] = dict(resolved.node_selector)
     if resolved.tolerations:
-        pod["tolerations"] = [_dump(t) for t in resolved.tolerations]
+        pod["tolerations"] = [dump_model(t) for t in resolved.tolerations]
     if resolved.affinity is not None:
-        affinity = _dump(resolved.affinity)
+        affinity = dump_model(resolved.affinity)
         if affinity:
             pod["affinity"] = affinity
-    volumes = [_volume(v) for v in spec.volumes or []]
+    if resolved.priority_class_name is not None:
+        pod["priorityClassName"] = resolved.priority_class_name
+    volumes = [volume_source(v) for v in spec.volumes or []]
     if spec.checkpoint is not None and spec.checkpoint.pvc is not None:
         volumes.append(
             {"name": CHECKPOINT_VOLUME, "persistentVolumeClaim": {"claimName": spec.checkpoint.pvc}}
@@ -168,8 +220,16 @@ def pod_template(
         if annotations:
             template["metadata"]["annotations"] = annotations
     template["spec"] = pod
+    aliases = main_container_names(spec.framework, resolved.container_name)
     for fragment in resolved.pod_templates:
-        template = deep_merge(template, fragment)
+        template = deep_merge(template, address_main_container(fragment, aliases, container_name))
+    metadata = template.get("metadata")
+    if isinstance(metadata, dict):  # `null` in a fragment may have removed every label
+        for part in ("labels", "annotations"):
+            if metadata.get(part) == {}:
+                del metadata[part]
+        if not metadata:
+            del template["metadata"]
     return template
 
 
@@ -185,7 +245,7 @@ def _container(
         container["args"] = list(resolved.args)
     if resolved.working_dir is not None:
         container["workingDir"] = resolved.working_dir
-    env: dict[str, Manifest] = {key: _env_var(key, value) for key, value in resolved.env.items()}
+    env: dict[str, Manifest] = {key: env_var(key, value) for key, value in resolved.env.items()}
     if spec.network is not None and spec.network.nccl_socket_ifname is not None:
         env[NCCL_IFNAME_ENV] = {"name": NCCL_IFNAME_ENV, "value": spec.network.nccl_socket_ifname}
     if spec.checkpoint is not None:
@@ -194,10 +254,12 @@ def _container(
         env[key] = {"name": key, "value": value}
     if env:
         container["env"] = list(env.values())
-    resources = _resources(resolved)
+    resources = render_resources(resolved.resources)
     if resources:
         container["resources"] = resources
-    mounts = [_mount(v) for v in spec.volumes or []]
+    if resolved.ports:
+        container["ports"] = [dump_model(port) for port in resolved.ports]
+    mounts = [volume_mount(v) for v in spec.volumes or []]
     if spec.checkpoint is not None and spec.checkpoint.pvc is not None:
         mounts.append({"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path})
     if mounts:
@@ -205,15 +267,16 @@ def _container(
     return container
 
 
-def _env_var(name: str, value: EnvValue) -> Manifest:
+def env_var(name: str, value: EnvValue) -> Manifest:
+    """One item of a container's ``env`` list."""
     if value.value is not None:
         return {"name": name, "value": value.value}
     source = value.model_dump(mode="json", by_alias=True, exclude_none=True)
     return {"name": name, "valueFrom": source}
 
 
-def _resources(resolved: ResolvedRole) -> Manifest:
-    resources = resolved.resources
+def render_resources(resources: Resources | None) -> Manifest:
+    """A container's ``resources`` (empty when there are none)."""
     if resources is None:
         return {}
     limits: dict[str, str | int] = {}
@@ -238,7 +301,8 @@ def _resources(resolved: ResolvedRole) -> Manifest:
     return rendered
 
 
-def _volume(volume: Volume) -> Manifest:
+def volume_source(volume: Volume) -> Manifest:
+    """The pod's ``volumes`` item of ``volume``."""
     rendered: Manifest = {"name": volume.name}
     if volume.pvc is not None:
         claim: Manifest = {"claimName": volume.pvc}
@@ -246,9 +310,9 @@ def _volume(volume: Volume) -> Manifest:
             claim["readOnly"] = True
         rendered["persistentVolumeClaim"] = claim
     elif volume.empty_dir is not None:
-        rendered["emptyDir"] = _dump(volume.empty_dir)
+        rendered["emptyDir"] = dump_model(volume.empty_dir)
     elif volume.host_path is not None:
-        rendered["hostPath"] = _dump(volume.host_path)
+        rendered["hostPath"] = dump_model(volume.host_path)
     elif volume.config_map is not None:
         rendered["configMap"] = {"name": volume.config_map}
     elif volume.secret is not None:
@@ -256,7 +320,8 @@ def _volume(volume: Volume) -> Manifest:
     return rendered
 
 
-def _mount(volume: Volume) -> Manifest:
+def volume_mount(volume: Volume) -> Manifest:
+    """The training container's ``volumeMounts`` item of ``volume``."""
     mount: Manifest = {"name": volume.name, "mountPath": volume.mount_path}
     if volume.read_only is not None:
         mount["readOnly"] = volume.read_only
@@ -265,7 +330,8 @@ def _mount(volume: Volume) -> Manifest:
     return mount
 
 
-def _dump(model: Any) -> Any:
+def dump_model(model: Any) -> Any:
+    """A spec model as pod-API data (camelCase, unset fields left out)."""
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 

@@ -18,6 +18,7 @@ from kubedl_prefect.spec.renderers.common import (
     Manifest,
     RenderOptions,
     job_metadata,
+    mpi_main_container,
     replica_specs,
     resolve_job_name,
     run_policy,
@@ -41,7 +42,7 @@ def render_kubedl(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
         body["runPolicy"] = policy
         if spec.slots_per_worker is not None:
             body["slotsPerWorker"] = spec.slots_per_worker
-        body["mainContainer"] = info.container_name(Dialect.KUBEDL)
+        body["mainContainer"] = mpi_main_container(spec, Dialect.KUBEDL)
     else:
         body.update(policy)
     if spec.framework is Framework.TENSORFLOW and spec.success_policy is not None:

@@ -4,7 +4,8 @@ Where the Kubeflow training operator v1.9.3 expects things (read in its CRDs and
 
 - Every kind nests the run policy in ``spec.runPolicy``; its scheduling policy names the
   priority class ``priorityClass``.
-- PyTorchJob has ``elasticPolicy`` (min/max replicas, rendezvous) and ``nprocPerNode``.
+- PyTorchJob has ``elasticPolicy`` (min/max replicas, rendezvous, autoscaling metrics) and
+  ``nprocPerNode``.
 - The XGBoost container must be named ``xgboost``.
 - MPIJob takes ``slotsPerWorker`` and ``mainContainer`` beside ``runPolicy``.
 """
@@ -15,7 +16,9 @@ from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.renderers.common import (
     Manifest,
     RenderOptions,
+    dump_model,
     job_metadata,
+    mpi_main_container,
     replica_specs,
     resolve_job_name,
     run_policy,
@@ -37,13 +40,15 @@ def render_kubeflow(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
             }
             if spec.elastic.max_restarts is not None:
                 elastic["maxRestarts"] = spec.elastic.max_restarts
+            if spec.elastic.metrics is not None:
+                elastic["metrics"] = [dump_model(metric) for metric in spec.elastic.metrics]
             body["elasticPolicy"] = elastic
         if spec.nproc_per_node is not None:
             body["nprocPerNode"] = spec.nproc_per_node
     elif spec.framework is Framework.MPI:
         if spec.slots_per_worker is not None:
             body["slotsPerWorker"] = spec.slots_per_worker
-        body["mainContainer"] = info.container_name(Dialect.KUBEFLOW)
+        body["mainContainer"] = mpi_main_container(spec, Dialect.KUBEFLOW)
     elif spec.framework is Framework.TENSORFLOW and spec.success_policy is not None:
         body["successPolicy"] = spec.success_policy
     body[info.replica_specs_field] = replica_specs(spec, Dialect.KUBEFLOW, options)

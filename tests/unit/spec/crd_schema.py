@@ -22,6 +22,7 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -147,6 +148,7 @@ class CRDSchema:
         schema["required"] = sorted({*schema.get("required", []), "apiVersion", "kind", "spec"})
         schema["properties"].pop("status", None)
         _Validator.check_schema(schema)
+        self.structural = version["schema"]["openAPIV3Schema"]
         self.schema = schema
         self._validator = _Validator(schema)
 
@@ -159,6 +161,30 @@ class CRDSchema:
         """Every schema violation, as ``path: message`` lines (empty when the manifest passes)."""
         found = sorted(self._validator.iter_errors(manifest), key=lambda e: list(e.absolute_path))
         return [f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in found]
+
+
+def defaulted(checker: CRDSchema, manifest: dict[str, Any]) -> dict[str, Any]:
+    """``manifest`` with the CRD's ``default`` values filled in, as the API server does."""
+    data = copy.deepcopy(manifest)
+    _fill(checker.structural, data)
+    return data
+
+
+def _fill(node: dict[str, Any], value: Any) -> None:
+    if isinstance(value, dict):
+        for key, sub in (node.get("properties") or {}).items():
+            if key not in value and "default" in sub:
+                value[key] = copy.deepcopy(sub["default"])
+            if key in value:
+                _fill(sub, value[key])
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key in value:
+                if key not in (node.get("properties") or {}):
+                    _fill(extra, value[key])
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for item in value:
+            _fill(node["items"], item)
 
 
 @cache
