@@ -13,6 +13,7 @@ Tree::
     ├── SpecError                      a training-job spec is invalid (never reaches a cluster)
     ├── KubeAPIError                   the Kubernetes API answered with an error
     │   ├── NotFoundError              404
+    │   │   └── OperatorNotInstalledError  the job's kind (its operator's CRD) is not served
     │   ├── ConflictError              409 (AlreadyExists, resourceVersion conflict)
     │   │   └── AdoptionRefusedError   a job of that name exists but is not ours or differs
     │   ├── ForbiddenError             401/403 (RBAC)
@@ -26,9 +27,15 @@ Tree::
     │   └── CompletionTimeoutError     the job did not finish in time
     ├── JobFailedError                 the job failed (carries the diagnosis; retryable per cause)
     ├── JobCancelledError              the job was cancelled or deleted under us
+    ├── AdmissionRefusedError          the machine can never fit the job (local backend)
     ├── TestbedError                   the local test bed could not be built or started
     ├── RegistryError                  the model registry refused or failed
+    │   ├── ModelSourceRefusedError    a model location no serving runtime can load from
+    │   ├── IncompatibleModelError     the serving runtime cannot load the version as logged
+    │   └── ModelVersionNotReadyError  a version's registration failed or took too long
     └── ServingError                   the inference service could not be deployed
+        ├── InferenceServiceSpecError  an InferenceService description is invalid
+        └── InferenceServiceNotReadyError  it did not become Ready (and was rolled back)
 
 Errors travel: Prefect keeps a failed task's exception in its state, and results cross processes,
 so every error pickles with all it carries (message, hint, ``retryable``, its typed fields, a
@@ -233,9 +240,30 @@ class WaitTimeoutError(KubeDLPrefectError):
 
 
 class AdmissionTimeoutError(WaitTimeoutError):
-    """The job's replicas were not admitted (gang-scheduled) in time."""
+    """The job's replicas were not admitted (gang-scheduled) in time.
+
+    Args:
+        blocker: What held it back, last: the value of an
+            :class:`~kubedl_prefect.lifecycle.admission.AdmissionBlocker` (``InsufficientGPU``,
+            ``UnboundPVC``...), if one was found.
+        subject: The object that blocker names (``PersistentVolumeClaim ml/data``), if any.
+    """
 
     phase = "admission"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        timeout_s: float,
+        last_reason: str | None = None,
+        hint: str | None = None,
+        blocker: str | None = None,
+        subject: str | None = None,
+    ):
+        super().__init__(message, timeout_s=timeout_s, last_reason=last_reason, hint=hint)
+        self.blocker = blocker
+        self.subject = subject
 
 
 class StartupTimeoutError(WaitTimeoutError):
@@ -270,6 +298,19 @@ class FailureCategory(StrEnum):
     COMMAND_NOT_RUNNABLE = "CommandNotRunnable"
     USER_CODE = "UserCodeError"
     DEADLINE_EXCEEDED = "DeadlineExceeded"
+    # A job that can never start, failed at once by its admission wait (or refused at submission);
+    # each value is also the AdmissionBlocker a wait reports before it decides.
+    OPERATOR_NOT_INSTALLED = "OperatorNotInstalled"
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    QUEUE_CLOSED = "QueueClosed"
+    QUEUE_CAPABILITY_EXCEEDED = "QueueCapabilityExceeded"
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    NO_MATCHING_NODE = "NoMatchingNode"
+    UNTOLERATED_TAINT = "UntoleratedTaint"
+    PVC_NOT_FOUND = "PVCNotFound"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    LIMIT_RANGE_VIOLATED = "LimitRangeViolated"
+    POD_REFUSED = "PodRefused"
     UNKNOWN = "Unknown"
 
 
@@ -296,6 +337,8 @@ class Diagnosis:
         exit_code: The container's exit code, if it exited.
         message: One line that says what happened.
         hint: What to do about it.
+        subject: The object the cause names, for a job that never started (``Queue gpu-team``,
+            ``PersistentVolumeClaim ml/data``); ``None`` otherwise.
 
     Example:
         >>> d = Diagnosis(FailureCategory.KILLED, True, "worker-1", 137, "killed", "resume")
@@ -311,6 +354,7 @@ class Diagnosis:
     exit_code: int | None
     message: str
     hint: str
+    subject: str | None = None
 
     def summary(self) -> str:
         """One line for logs and events."""
@@ -321,12 +365,15 @@ class Diagnosis:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data (camelCase keys, the category's value): for records and events.
 
+        ``subject`` is written only when there is one, so records of failures without one read
+        the same in every version.
+
         Example:
             >>> Diagnosis(FailureCategory.USER_CODE, False, None, 1, "exit 1", "read it").to_dict()
             {'category': 'UserCodeError', 'retryable': False, 'replica': None, 'exitCode': 1, \
 'message': 'exit 1', 'hint': 'read it'}
         """
-        return {
+        data: dict[str, Any] = {
             "category": self.category.value,
             "retryable": self.retryable,
             "replica": self.replica,
@@ -334,6 +381,9 @@ class Diagnosis:
             "message": self.message,
             "hint": self.hint,
         }
+        if self.subject is not None:
+            data["subject"] = self.subject
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Diagnosis:
@@ -352,6 +402,7 @@ class Diagnosis:
             exit_code = data.get("exitCode")
             message = data["message"]
             hint = data["hint"]
+            subject = data.get("subject")
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a recorded diagnosis: missing {exc}") from exc
         if not (
@@ -364,13 +415,14 @@ class Diagnosis:
             )
             and isinstance(message, str)
             and isinstance(hint, str)
+            and (subject is None or isinstance(subject, str))
         ):
             raise ValueError(f"not a recorded diagnosis: a field has the wrong type in {data!r}")
         try:
             category = FailureCategory(raw_category)
         except ValueError:
             category = FailureCategory.UNKNOWN
-        return cls(category, retryable, replica, exit_code, message, hint)
+        return cls(category, retryable, replica, exit_code, message, hint, subject)
 
 
 class JobFailedError(KubeDLPrefectError):
@@ -411,3 +463,155 @@ class RegistryError(KubeDLPrefectError):
 
 class ServingError(KubeDLPrefectError):
     """An inference service could not be deployed or did not become ready."""
+
+
+class ModelSourceRefusedError(RegistryError):
+    """A model location that a serving runtime cannot load from was refused.
+
+    Raised before anything is applied: a ``runs:/`` source (it names a run's artifacts, not a
+    model), an ``mlflow-artifacts:/`` location without a configured artifact destination, or a
+    scheme KServe's storage initializer does not know.
+
+    Args:
+        uri: The refused URI.
+    """
+
+    def __init__(self, message: str, *, uri: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.uri = uri
+
+
+class IncompatibleModelError(RegistryError):
+    """The chosen serving runtime cannot load the model version as it was logged.
+
+    Args:
+        runtime: The serving runtime checked against (``kserve-mlserver``).
+        problems: Every problem found, each with what to change.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        runtime: str,
+        problems: Sequence[str] = (),
+        hint: str | None = None,
+    ):
+        super().__init__(message, hint=hint)
+        self.runtime = runtime
+        self.problems = tuple(problems)
+
+
+class ModelVersionNotReadyError(RegistryError):
+    """A model version did not become ``READY``: its registration failed or took too long.
+
+    Args:
+        name: The registered model.
+        version: The version.
+        status: Its last status (``PENDING_REGISTRATION``, ``FAILED_REGISTRATION``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str,
+        version: str,
+        status: str,
+        hint: str | None = None,
+        retryable: bool | None = None,
+    ):
+        super().__init__(message, hint=hint, retryable=retryable)
+        self.name = name
+        self.version = version
+        self.status = status
+
+
+class InferenceServiceSpecError(ServingError, ValueError):
+    """An InferenceService description is invalid; refused before anything is applied.
+
+    ``issues`` lists every problem, each with its field path and fix.
+    """
+
+    def __init__(self, issues: Sequence[SpecIssue], *, name: str | None = None):
+        self.issues = tuple(issues)
+        self.name = name
+        where = f" {name!r}" if name else ""
+        count = len(self.issues)
+        lines = [f"{count} problem{'s' if count != 1 else ''} in the InferenceService{where}:"]
+        lines += [f"  - {issue}" for issue in self.issues]
+        super().__init__("\n".join(lines))
+
+
+class InferenceServiceNotReadyError(ServingError):
+    """An InferenceService did not become Ready; what was live before has been restored.
+
+    Args:
+        namespace: Its namespace.
+        name: Its name.
+        reason: Why it was not ready (from its conditions, model status and pods).
+        timed_out: Whether the wait ran out of time (else a failure was seen).
+        rolled_back: Whether the previous spec (and alias) were restored.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        namespace: str,
+        name: str,
+        reason: str,
+        timed_out: bool = False,
+        rolled_back: bool = False,
+        hint: str | None = None,
+    ):
+        super().__init__(message, hint=hint)
+        self.namespace = namespace
+        self.name = name
+        self.reason = reason
+        self.timed_out = timed_out
+        self.rolled_back = rolled_back
+
+
+class AdmissionRefusedError(KubeDLPrefectError):
+    """A job was refused at submission: the machine can never fit its replicas at once.
+
+    The local backend's answer where a cluster would leave the gang queued: nothing frees up on
+    one machine by waiting, so nothing is started and the reason is given at once, worded and
+    categorised like a scheduler's (``Insufficient cpu``).
+
+    Args:
+        reason: What does not fit (processes, CPU, memory, GPUs), with the numbers.
+        blocker: The :class:`~kubedl_prefect.lifecycle.admission.AdmissionBlocker` value
+            (``InsufficientResources``, ``InsufficientGPU``).
+    """
+
+    def __init__(self, message: str, *, reason: str, blocker: str, hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.reason = reason
+        self.blocker = blocker
+
+
+class OperatorNotInstalledError(NotFoundError):
+    """The cluster does not serve the job's kind: the operator (its CRD) is not installed.
+
+    Raised by submission, before anything was created. The message names the kind and API group
+    that are missing; the hint says which operator to install, or which dialect the cluster does
+    serve.
+
+    Args:
+        diagnosis: The cause as a :class:`Diagnosis` (category
+            :attr:`FailureCategory.OPERATOR_NOT_INSTALLED`, the missing CRD as its subject).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 404,
+        reason: str | None = "NotFound",
+        hint: str | None = None,
+        diagnosis: Diagnosis | None = None,
+    ):
+        super().__init__(message, status=status, reason=reason, hint=hint)
+        self.diagnosis = diagnosis

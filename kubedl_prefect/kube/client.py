@@ -343,6 +343,39 @@ class KubeClient:
             content_type=_PATCH_CONTENT_TYPES[patch_type],
         )
 
+    async def apply(
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        body: KubeObject,
+        *,
+        field_manager: str,
+        force: bool = True,
+        dry_run: bool = False,
+    ) -> KubeObject:
+        """Server-side apply ``body`` as ``field_manager``; creates the object if it is missing.
+
+        Fields the manager set before and ``body`` leaves out are removed. With ``force``, fields
+        another manager owns are taken over instead of failing with a conflict (409). Unknown
+        fields are refused (``fieldValidation=Strict``), as in :meth:`create`.
+        """
+        name = body["metadata"]["name"]
+        query: dict[str, str | int | bool] = {
+            "fieldManager": field_manager,
+            "force": force,
+            "fieldValidation": "Strict",
+        }
+        if dry_run:
+            query["dryRun"] = "All"
+        return await self._json(
+            "PATCH",
+            kind.path(namespace, name),
+            f"apply {kind}/{name}",
+            query=query,
+            body=body,
+            content_type="application/apply-patch+yaml",
+        )
+
     async def delete(
         self,
         kind: ResourceKind,

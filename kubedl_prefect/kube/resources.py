@@ -97,3 +97,6 @@ CUSTOM_RESOURCE_DEFINITIONS = ResourceKind(
 VOLCANO_QUEUES = ResourceKind(
     "scheduling.volcano.sh", "v1beta1", "Queue", "queues", namespaced=False
 )
+INFERENCE_SERVICES = ResourceKind(
+    "serving.kserve.io", "v1beta1", "InferenceService", "inferenceservices"
+)

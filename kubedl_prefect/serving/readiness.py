@@ -1,0 +1,227 @@
+"""Is an InferenceService serving what we applied, failing, or still on its way? Pure.
+
+Read from the InferenceService and its pods (labelled ``serving.kserve.io/inferenceservice``):
+
+- **failed**: the model status says it will not load (``InvalidSpec``, ``BlockedByFailedLoad``,
+  ``FailedToLoad``; or a last failure ``NoSupportingRuntime``, ``RuntimeNotRecognized``,
+  ``RuntimeDisabled``, ``InvalidPredictorSpec``, ``ModelLoadFailed`` while nothing is loaded:
+  the last failure stays recorded after a recovery), the ``Ready`` condition is False
+  for a reason that does not pass (a failed revision, an exceeded progress deadline, a reconcile
+  error), or a pod cannot start at all (image pull, container configuration, crash loop);
+- **ready**: the ``Ready`` condition is True (it aggregates ``PredictorReady`` and
+  ``IngressReady``) and the model status does not contradict it;
+- **pending** otherwise, with the most telling reason (a condition's, a pod's).
+
+A status must be about the spec we applied. ``status.observedGeneration`` cannot tell: KServe copies
+it from the predictor's Deployment. So :class:`Applied` remembers the generation and
+resourceVersion our apply produced; while the object is older than that generation, or unchanged
+since our write, its status is the previous spec's and reads as pending.
+
+Example:
+    >>> isvc = {"metadata": {"generation": 2, "resourceVersion": "11"},
+    ...         "status": {"conditions": [{"type": "Ready", "status": "True"}],
+    ...                    "url": "http://fraud-ml.example.com"}}
+    >>> readiness(isvc, [], Applied(generation=2, resource_version="10", changed=True)).state
+    <ServingState.READY: 'ready'>
+    >>> readiness(isvc, [], Applied(generation=2, resource_version="11", changed=True)).reason
+    'Reconciling'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Final
+
+from kubedl_prefect.kube.resources import KubeObject
+from kubedl_prefect.lifecycle.diagnosis import stuck_for_good
+
+FAILED_MODEL_REASONS: Final = frozenset(
+    {
+        "NoSupportingRuntime",
+        "RuntimeNotRecognized",
+        "RuntimeDisabled",
+        "InvalidPredictorSpec",
+        "ModelLoadFailed",
+    }
+)
+"""``modelStatus.lastFailureInfo.reason`` values that do not pass by themselves."""
+FAILED_TRANSITIONS: Final = frozenset({"InvalidSpec", "BlockedByFailedLoad"})
+"""``modelStatus.transitionStatus`` values of a model that will not load."""
+FAILED_CONDITION_REASONS: Final = frozenset(
+    {
+        "RevisionFailed",
+        "RevisionMissing",
+        "ProgressDeadlineExceeded",
+        "ReconcileFailed",
+        "ServerlessModeRejected",
+    }
+)
+"""Reasons of a False ``Ready``/``PredictorReady`` that waiting does not cure."""
+CRASH_LOOP_RESTARTS: Final = 3
+"""A container in ``CrashLoopBackOff`` after this many restarts is taken as failed."""
+
+
+class ServingState(StrEnum):
+    """Where an InferenceService stands."""
+
+    READY = "ready"
+    FAILED = "failed"
+    PENDING = "pending"
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What our apply produced: the generation and resourceVersion it answered with.
+
+    Args:
+        generation: ``metadata.generation`` after the apply.
+        resource_version: ``metadata.resourceVersion`` after the apply.
+        changed: Whether the apply changed the spec (a no-op apply of the same spec is not).
+    """
+
+    generation: int
+    resource_version: str
+    changed: bool
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """The state of an InferenceService and why.
+
+    Attributes:
+        state: Ready, failed or pending.
+        reason: A short reason (``NoSupportingRuntime``, ``ImagePullBackOff``, ``Reconciling``).
+        message: What it means, in one line.
+        url: ``status.url``, once set.
+        runtime: The serving runtime KServe chose (``status.clusterServingRuntimeName`` or
+            ``status.servingRuntimeName``).
+    """
+
+    state: ServingState
+    reason: str
+    message: str
+    url: str | None = None
+    runtime: str | None = None
+
+    def summary(self) -> str:
+        """One line for logs, events and errors."""
+        return f"{self.reason}: {self.message}" if self.message else self.reason
+
+
+def _conditions(isvc: KubeObject) -> dict[str, dict[str, Any]]:
+    status = isvc.get("status") or {}
+    return {str(c.get("type")): c for c in status.get("conditions") or [] if isinstance(c, dict)}
+
+
+def _model_failure(isvc: KubeObject) -> tuple[str, str] | None:
+    model = (isvc.get("status") or {}).get("modelStatus") or {}
+    failure = model.get("lastFailureInfo") or {}
+    states = model.get("states") or {}
+    reason = str(failure.get("reason") or "")
+    message = str(failure.get("message") or "")
+    transition = str(model.get("transitionStatus") or "")
+    if transition in FAILED_TRANSITIONS or states.get("targetModelState") == "FailedToLoad":
+        return reason or transition or "FailedToLoad", message or f"model status {transition}"
+    # The last failure stays recorded after a recovery: it counts only while nothing is loaded.
+    loaded = transition == "UpToDate" or states.get("activeModelState") == "Loaded"
+    if reason in FAILED_MODEL_REASONS and not loaded:
+        return reason, message
+    return None
+
+
+def _pod_failure(pods: Sequence[KubeObject]) -> tuple[str, str] | None:
+    stuck = stuck_for_good(pods)
+    if stuck is not None:
+        where = f" ({stuck.replica})" if stuck.replica else ""
+        return str(stuck.category), f"{stuck.message}{where}"
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            restarts = int(status.get("restartCount") or 0)
+            if waiting.get("reason") == "CrashLoopBackOff" and restarts >= CRASH_LOOP_RESTARTS:
+                name = pod["metadata"]["name"]
+                return (
+                    "CrashLoopBackOff",
+                    f"container {status.get('name')} of pod {name} keeps crashing "
+                    f"({restarts} restarts): the model server cannot load the model",
+                )
+    return None
+
+
+def _pod_reason(pods: Sequence[KubeObject]) -> tuple[str, str] | None:
+    """Why the pods are not ready yet (unschedulable, containers waiting), if they say."""
+    for pod in pods:
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                return str(condition.get("reason") or "Unschedulable"), str(
+                    condition.get("message") or ""
+                )
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                return str(waiting["reason"]), str(waiting.get("message") or "")
+    return None
+
+
+def _runtime(isvc: KubeObject) -> str | None:
+    status = isvc.get("status") or {}
+    name = status.get("clusterServingRuntimeName") or status.get("servingRuntimeName")
+    return str(name) if name else None
+
+
+def readiness(
+    isvc: KubeObject, pods: Sequence[KubeObject], applied: Applied | None = None
+) -> Readiness:
+    """The state of ``isvc`` (with its ``pods``) for the spec ``applied`` produced."""
+    metadata = isvc.get("metadata") or {}
+    status = isvc.get("status") or {}
+    url = str(status["url"]) if status.get("url") else None
+    runtime = _runtime(isvc)
+    if applied is not None:
+        generation = int(metadata.get("generation") or 0)
+        if generation < applied.generation or (
+            applied.changed and str(metadata.get("resourceVersion")) == applied.resource_version
+        ):
+            return Readiness(
+                ServingState.PENDING,
+                "Reconciling",
+                f"waiting for KServe to act on generation {applied.generation}",
+            )
+    failure = _model_failure(isvc) or _pod_failure(pods)
+    conditions = _conditions(isvc)
+    ready = conditions.get("Ready") or {}
+    if failure is None:
+        for kind in ("Ready", "PredictorReady"):
+            condition = conditions.get(kind) or {}
+            reason = str(condition.get("reason") or "")
+            if condition.get("status") == "False" and reason in FAILED_CONDITION_REASONS:
+                failure = (reason, str(condition.get("message") or ""))
+                break
+    if failure is not None:
+        return Readiness(ServingState.FAILED, failure[0], failure[1], url, runtime)
+    if ready.get("status") == "True":
+        return Readiness(
+            ServingState.READY, "Ready", f"serving at {url or '(no URL)'}", url, runtime
+        )
+    for kind in ("PredictorReady", "Ready", "IngressReady"):
+        condition = conditions.get(kind) or {}
+        if condition.get("status") in ("False", "Unknown") and (
+            condition.get("reason") or condition.get("message")
+        ):
+            return Readiness(
+                ServingState.PENDING,
+                str(condition.get("reason") or kind),
+                str(condition.get("message") or ""),
+                url,
+                runtime,
+            )
+    pod = _pod_reason(pods)
+    if pod is not None:
+        return Readiness(ServingState.PENDING, pod[0], pod[1], url, runtime)
+    if not conditions:
+        return Readiness(
+            ServingState.PENDING, "NoStatus", "KServe has not reported yet", url, runtime
+        )
+    return Readiness(ServingState.PENDING, "NotReady", "Ready is not True yet", url, runtime)

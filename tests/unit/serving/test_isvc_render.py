@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from kubedl_prefect.errors import InferenceServiceSpecError
+from kubedl_prefect.serving.render import (
+    DEPLOYMENT_MODE_ANNOTATION,
+    LABEL_MODEL,
+    LABEL_MODEL_VERSION,
+    LABEL_TRAINING_JOB,
+    label_value,
+    render_inference_service,
+)
+from kubedl_prefect.serving.spec import (
+    DeploymentMode,
+    InferenceServiceSpec,
+    ModelLink,
+    Protocol,
+    ServingResources,
+)
+from tests.unit.serving.kserve_schema import inference_service_schema
+
+LINK = ModelLink("team/fraud detector", "7", "ml", "fraud-x7k2m9q4ab3c-a2", "0f1e")
+
+FULL = InferenceServiceSpec(
+    name="fraud",
+    namespace="serving",
+    storage_uri="s3://ml-artifacts/3/models/m-ab12/artifacts",
+    runtime="kserve-mlserver",
+    service_account="model-storage",
+    resources=ServingResources(cpu="2", memory="4Gi", gpus=1),
+    min_replicas=1,
+    max_replicas=3,
+    env={"MLSERVER_PARALLEL_WORKERS": "1"},
+    labels={"team": "fraud"},
+    annotations={"owner": "ml-platform"},
+    link=LINK,
+)
+
+
+def test_the_manifest_has_what_kserve_needs_for_an_mlflow_model() -> None:
+    manifest = render_inference_service(FULL)
+    assert manifest["apiVersion"] == "serving.kserve.io/v1beta1"
+    assert manifest["kind"] == "InferenceService"
+    predictor = manifest["spec"]["predictor"]
+    model = predictor["model"]
+    assert model["modelFormat"] == {"name": "mlflow"}  # no version: mlserver declares 1 and 2
+    assert model["protocolVersion"] == "v2"
+    assert model["runtime"] == "kserve-mlserver"
+    assert model["storageUri"] == "s3://ml-artifacts/3/models/m-ab12/artifacts"
+    assert model["resources"]["limits"] == {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": 1}
+    assert model["resources"]["requests"] == model["resources"]["limits"]
+    assert model["env"] == [{"name": "MLSERVER_PARALLEL_WORKERS", "value": "1"}]
+    assert (predictor["minReplicas"], predictor["maxReplicas"]) == (1, 3)
+    assert predictor["serviceAccountName"] == "model-storage"
+    assert "canaryTrafficPercent" not in predictor
+    metadata = manifest["metadata"]
+    assert metadata["annotations"][DEPLOYMENT_MODE_ANNOTATION] == "Standard"
+    assert metadata["annotations"]["kubedl-prefect.io/model-uri"] == "models:/team/fraud detector/7"
+    assert metadata["annotations"]["kubedl-prefect.io/training-job-uid"] == "0f1e"
+    labels = metadata["labels"]
+    assert labels[LABEL_MODEL] == "team-fraud-detector"
+    assert labels[LABEL_MODEL_VERSION] == "7"
+    assert labels[LABEL_TRAINING_JOB] == "fraud-x7k2m9q4ab3c-a2"
+    assert labels["team"] == "fraud"
+    assert predictor["labels"] == labels  # the pods carry the lineage too
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        FULL,
+        InferenceServiceSpec(name="m", storage_uri="pvc://store/m"),
+        InferenceServiceSpec(
+            name="fraud-canary",
+            storage_uri="gs://b/m",
+            deployment_mode=DeploymentMode.KNATIVE,
+            canary_traffic_percent=10,
+            min_replicas=0,
+        ),
+        InferenceServiceSpec(
+            name="torch", storage_uri="s3://b/t", model_format="pytorch", protocol=Protocol.V1
+        ),
+    ],
+    ids=["full", "minimal", "knative-canary", "pytorch-v1"],
+)
+def test_manifests_pass_kserves_crd_schema_strictly(service: InferenceServiceSpec) -> None:
+    assert inference_service_schema().errors(render_inference_service(service)) == []
+
+
+def test_the_offline_check_catches_what_the_api_server_would_prune() -> None:
+    manifest = render_inference_service(FULL)
+    typo = copy.deepcopy(manifest)
+    model = typo["spec"]["predictor"]["model"]
+    model["storageURI"] = model.pop("storageUri")
+    errors = inference_service_schema().errors(typo)
+    assert any("storageURI" in error for error in errors)
+
+
+def test_canary_is_knative_only_never_silently_ignored() -> None:
+    knative = InferenceServiceSpec(
+        name="f",
+        storage_uri="s3://b/m",
+        deployment_mode=DeploymentMode.KNATIVE,
+        canary_traffic_percent=20,
+    )
+    manifest = render_inference_service(knative)
+    assert manifest["spec"]["predictor"]["canaryTrafficPercent"] == 20
+    assert manifest["metadata"]["annotations"][DEPLOYMENT_MODE_ANNOTATION] == "Knative"
+    standard = InferenceServiceSpec(name="f", storage_uri="s3://b/m", canary_traffic_percent=20)
+    with pytest.raises(InferenceServiceSpecError) as caught:
+        render_inference_service(standard)
+    (issue,) = caught.value.issues
+    assert issue.path == "canaryTrafficPercent"
+    assert "ignores canaryTrafficPercent in Standard mode" in issue.problem
+
+
+def test_the_mode_annotation_cannot_be_overridden_by_user_annotations() -> None:
+    service = InferenceServiceSpec(
+        name="f", storage_uri="s3://b/m", annotations={DEPLOYMENT_MODE_ANNOTATION: "Knative"}
+    )
+    annotations = render_inference_service(service)["metadata"]["annotations"]
+    assert annotations[DEPLOYMENT_MODE_ANNOTATION] == "Standard"
+
+
+def test_every_problem_is_refused_before_anything_is_sent() -> None:
+    bad = InferenceServiceSpec(
+        name="Fraud_" + "x" * 60,
+        storage_uri="models:/fraud@champion",
+        protocol=Protocol.V1,
+        model_format_version="2",
+        resources=ServingResources(cpu="lots", gpus=-1),
+        min_replicas=0,
+        max_replicas=0,
+        env={"1BAD": "x"},
+    )
+    with pytest.raises(InferenceServiceSpecError) as caught:
+        render_inference_service(bad)
+    paths = [issue.path for issue in caught.value.issues]
+    assert paths == [
+        "name",
+        "storageUri",
+        "protocolVersion",
+        "modelFormat.version",
+        "resources.cpu",
+        "resources.gpus",
+        "maxReplicas",
+        "minReplicas",
+        "env.1BAD",
+    ]
+    assert "ModelRegistry.resolve" in caught.value.issues[1].fix
+
+
+def test_the_manifest_is_plain_json_and_deterministic() -> None:
+    assert json.dumps(render_inference_service(FULL)) == json.dumps(render_inference_service(FULL))
+
+
+def test_label_values_are_valid_kubernetes_label_values() -> None:
+    assert label_value("a" * 70) != label_value("a" * 71)
+    assert len(label_value("a" * 70)) <= 63
+    assert label_value("-x.") == "x"
