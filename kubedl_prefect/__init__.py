@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "LogLine": "kubedl_prefect.lifecycle.backend",
     "WaitTimeouts": "kubedl_prefect.lifecycle.backend",
     "KubernetesBackend": "kubedl_prefect.lifecycle.kubernetes",
+    "LocalBackend": "kubedl_prefect.lifecycle.local.backend",
+    "LocalCapacity": "kubedl_prefect.lifecycle.local.capacity",
     "RetryPolicy": "kubedl_prefect.lifecycle.retry",
     "run_to_completion": "kubedl_prefect.lifecycle.retry",
     "run_to_completion_sync": "kubedl_prefect.lifecycle.retry",
@@ -77,6 +79,8 @@ __all__ = [
     "KubeconfigContent",
     "KubeconfigFile",
     "KubernetesBackend",
+    "LocalBackend",
+    "LocalCapacity",
     "LogLine",
     "Phase",
     "PhaseUpdate",
@@ -126,6 +130,8 @@ if TYPE_CHECKING:
         WaitTimeouts,
     )
     from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+    from kubedl_prefect.lifecycle.local.backend import LocalBackend
+    from kubedl_prefect.lifecycle.local.capacity import LocalCapacity
     from kubedl_prefect.lifecycle.records import RunRecord
     from kubedl_prefect.lifecycle.retry import (
         RetryPolicy,
