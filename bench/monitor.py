@@ -44,9 +44,10 @@ from bench import report
 from bench.waiters import now
 from kubedl_prefect.errors import NotFoundError, TestbedError
 from kubedl_prefect.kube.client import KubeClient
-from kubedl_prefect.kube.resources import NAMESPACES, KubeObject, ResourceKind
+from kubedl_prefect.kube.resources import CONFIG_MAPS, NAMESPACES, KubeObject, ResourceKind
 from kubedl_prefect.lifecycle.backend import JobRef
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, attempt_data_key, record_object
+from kubedl_prefect.lifecycle.records import AttemptRecord, record_name
 from kubedl_prefect.spec import TrainingJobSpec, load_spec
 from kubedl_prefect.testbed.components import Ports
 from kubedl_prefect.testbed.testbed import Testbed
@@ -219,7 +220,7 @@ class Driver:
                     subresource="status",
                 )
             metadata = obj["metadata"]
-            return JobRef(
+            ref = JobRef(
                 backend="kubernetes",
                 cluster="",
                 dialect="kubeflow",
@@ -232,6 +233,17 @@ class Driver:
                 attempt=1,
                 spec_hash=metadata["annotations"]["kubedl-prefect.io/spec-hash"],
             )
+            # The run record submit() would have made, so the waiter writes the end in one patch.
+            submitted = AttemptRecord(attempt=1, name=name, uid=ref.uid, ref=ref.to_dict())
+            record = record_object(
+                record_name(self.spec.name, ref.key),
+                ref,
+                self.spec.name,
+                {attempt_data_key(1): json.dumps(submitted.to_dict())},
+            )
+            async with limit:
+                await self.client.create(CONFIG_MAPS, namespace, record)
+            return ref
 
         refs = await asyncio.gather(*(create(m) for m in manifests))
         return list(refs), created_at, roles

@@ -11,7 +11,9 @@ behind both the async API and its sync facade.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Coroutine
 from typing import Any, ClassVar, TypeVar
@@ -25,10 +27,15 @@ class KubeRuntime:
     _instance: ClassVar[KubeRuntime | None] = None
     _instance_lock: ClassVar[threading.Lock] = threading.Lock()
 
+    EXIT_FLUSH_S: ClassVar[float] = 10.0
+    """How long interpreter exit waits for tracked background writes (:meth:`track`)."""
+
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="kubedl-prefect-kube", daemon=True)
+        self._tracked: set[asyncio.Task[Any]] = set()
         self._thread.start()
+        atexit.register(self._flush_at_exit)
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -50,6 +57,26 @@ class KubeRuntime:
     def in_runtime(self) -> bool:
         """Whether the calling code runs on the runtime's own thread."""
         return threading.current_thread() is self._thread
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        """Keep a background task of the runtime loop alive until it is done, even at exit.
+
+        The loop runs on a daemon thread, which dies with the interpreter: a write still in
+        flight then (a run record) is waited for, up to :attr:`EXIT_FLUSH_S`.
+        """
+        self._tracked.add(task)
+        task.add_done_callback(self._tracked.discard)
+
+    def _flush_at_exit(self) -> None:
+        async def flush() -> None:
+            tasks = list(self._tracked)
+            if tasks:
+                await asyncio.wait(tasks, timeout=self.EXIT_FLUSH_S)
+
+        if self._tracked and self._thread.is_alive() and not self.in_runtime():
+            future = self.submit(flush())
+            with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
+                future.result(timeout=self.EXIT_FLUSH_S + 1)
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Schedule ``coro`` on the runtime loop from any thread."""

@@ -26,8 +26,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_STOP = object()
-
 
 class CallbackThread(Generic[T]):
     """Runs ``callback(item)`` for each enqueued item, in order, on a thread of its own.
@@ -56,7 +54,8 @@ class CallbackThread(Generic[T]):
     def _serve(self) -> None:
         while True:
             item = self._queue.get()
-            if item is _STOP:
+            if isinstance(item, _Stop):
+                item.done()
                 return
             try:
                 self.callback(item)  # type: ignore[arg-type]
@@ -65,13 +64,33 @@ class CallbackThread(Generic[T]):
             self.delivered += 1
 
     async def drain(self) -> None:
-        """Wait (without blocking the loop) until every enqueued call has run; stop the thread."""
+        """Wait (without blocking the loop) until every enqueued call has run; stop the thread.
+
+        The thread itself says when it is done, so no executor thread is tied up waiting: a
+        hundred waits ending at once drain at once.
+        """
         with self._lock:
             thread, self._thread = self._thread, None
         if thread is None:
             return
-        self._queue.put(_STOP)
-        await asyncio.to_thread(thread.join)
+        stop = _Stop(asyncio.get_running_loop())
+        self._queue.put(stop)
+        await stop.future
+
+
+class _Stop:
+    """The last item of a callback queue: resolves a future on the drainer's loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.future: asyncio.Future[None] = loop.create_future()
+
+    def done(self) -> None:
+        def resolve() -> None:
+            if not self.future.done():
+                self.future.set_result(None)
+
+        self.loop.call_soon_threadsafe(resolve)
 
 
 @contextlib.asynccontextmanager

@@ -4,8 +4,9 @@ A logical job is a spec name plus the caller's key. Its attempts are separate cl
 clusters clean finished jobs up (``ttlSecondsAfterFinished``, a janitor, a person), so the jobs
 themselves cannot tell a replay — a Prefect flow run retried days later — what happened. A
 :class:`RunRecord` can: one small record per logical job (on Kubernetes a ConfigMap labelled like
-the jobs, see :mod:`.kubernetes`), to which the backend adds each attempt when it is submitted and
-its outcome when a wait sees it end.
+the jobs, one data key per attempt, see :mod:`.kubernetes`), to which the backend writes each
+attempt when it is submitted and its outcome when a wait sees it end. An adopted job that has
+already ended keeps the end recorded for it.
 
 :func:`replay_step` decides from a record where :func:`~.retry.run_to_completion` starts: return
 the recorded success, raise the recorded permanent failure, submit the next attempt after a
@@ -17,15 +18,29 @@ no recorded outcome; it cannot be told from a job that never ran, and is submitt
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kubedl_prefect.errors import Diagnosis, KubeDLPrefectError
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
+from kubedl_prefect.spec import key_hash
 
 RECORD_SCHEMA = 1
 """Version of :meth:`RunRecord.to_dict`'s layout."""
+
+
+def record_name(spec_name: str, key: str) -> str:
+    """The name of the record of the logical job ``(spec_name, key)``.
+
+    Its jobs' names less the attempt suffix (``mnist-<key hash>``).
+    """
+    return f"{spec_name}-{key_hash(key)}"
+
+
+def record_name_of(job_name: str) -> str:
+    """The record name of the logical job an attempt's job name belongs to."""
+    stem, _, attempt = job_name.rpartition("-a")
+    return stem if attempt.isdigit() else job_name
 
 
 @dataclass(frozen=True)
@@ -138,19 +153,6 @@ class RunRecord:
     def get(self, attempt: int) -> AttemptRecord | None:
         """The entry of one attempt, if recorded."""
         return next((a for a in self.attempts if a.attempt == attempt), None)
-
-    def with_attempt(self, entry: AttemptRecord) -> RunRecord:
-        """This record with ``entry`` added, or merged into the entry of its attempt.
-
-        A recorded end is never replaced by ``Submitted`` (a late re-submission that adopted the
-        job), and an entry for a re-created job (another uid) replaces the old one.
-        """
-        entry = replace(entry, recorded_at=entry.recorded_at or time.time())
-        old = self.get(entry.attempt)
-        if old is not None and old.finished and not entry.finished and old.uid == entry.uid:
-            return self
-        others = tuple(a for a in self.attempts if a.attempt != entry.attempt)
-        return replace(self, attempts=tuple(sorted((*others, entry), key=lambda a: a.attempt)))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able data, with its schema version."""
