@@ -5,91 +5,81 @@ Gang admission differs by operator: KubeDL with Volcano makes PodGroups labelled
 creates the pods at once, letting the scheduler hold them;
 Kubeflow makes one PodGroup named like the job and creates pods only once it is ``Inqueue``; a
 job without gang scheduling has only its pods. In every case the job is admitted when each of its
-replicas has been bound to a node, and what blocks it is found, in this order, in the PodGroups'
-``Unschedulable`` conditions, the pods' ``PodScheduled`` conditions, and ``FailedScheduling`` /
-``FailedCreate`` events. The scheduler's standard wording is matched to a stable category.
+replicas has been bound to a node. What holds it back otherwise — the blocker, the object it
+names, and whether waiting can help — is found by :mod:`.blockers` from the operator's events,
+the PodGroups' and pods' scheduling state, and the cluster objects the job refers to.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
+from kubedl_prefect.errors import Diagnosis
 from kubedl_prefect.kube.resources import KubeObject
+from kubedl_prefect.lifecycle.blockers import (
+    AdmissionBlocker,
+    Blocker,
+    ClusterFacts,
+    classify_reason,
+    find_blocker,
+    replica_templates,
+)
 
-
-class AdmissionBlocker(StrEnum):
-    """Why a job is not admitted yet (a stable contract)."""
-
-    INSUFFICIENT_GPU = "InsufficientGPU"
-    INSUFFICIENT_RESOURCES = "InsufficientResources"
-    UNBOUND_PVC = "UnboundPVC"
-    UNTOLERATED_TAINT = "UntoleratedTaint"
-    QUOTA = "QuotaExceeded"
-    NOT_CREATED = "PodsNotCreated"
-    WAITING = "Waiting"
+__all__ = [
+    "AdmissionBlocker",
+    "AdmissionState",
+    "admission_state",
+    "classify_reason",
+    "expected_replicas",
+]
 
 
 @dataclass(frozen=True)
 class AdmissionState:
-    """Whether all replicas are admitted; else the blocker and a one-line reason."""
+    """Whether all replicas are admitted; else the blocker, a one-line reason and the decision.
+
+    Args:
+        admitted: Every replica is bound to a node.
+        blocker: What holds the job back (``None`` once admitted).
+        reason: One line that says it, naming the object.
+        scheduled: Replicas bound to a node.
+        expected: Replicas the job asks for.
+        subject: The object the blocker names (``Queue gpu-team``), if any.
+        hint: What to do about it.
+        permanent: Waiting cannot help: the wait fails the job at once.
+        pods: Live pods created so far.
+        recheck_in_s: Decide again after this long even if nothing changes (a grace period).
+    """
 
     admitted: bool
     blocker: AdmissionBlocker | None = None
     reason: str = ""
     scheduled: int = 0
     expected: int = 0
+    subject: str = ""
+    hint: str = ""
+    permanent: bool = False
+    pods: int = 0
+    recheck_in_s: float | None = None
 
     def __str__(self) -> str:
         if self.admitted:
             return f"admitted: {self.scheduled}/{self.expected} replicas scheduled"
         return f"not admitted ({self.scheduled}/{self.expected} scheduled): {self.reason}"
 
-
-# A ResourceQuota rejection names the resource too, but its fix is the quota: it comes first.
-# Volcano says "queue resource quota insufficient: insufficient nvidia.com/gpu" when the
-# cluster (the queue's share of it) lacks GPUs: that is a GPU shortage to the user.
-_PATTERNS: tuple[tuple[re.Pattern[str], AdmissionBlocker], ...] = (
-    (re.compile(r"exceeded quota", re.I), AdmissionBlocker.QUOTA),
-    (re.compile(r"nvidia\.com/gpu", re.I), AdmissionBlocker.INSUFFICIENT_GPU),
-    (re.compile(r"PersistentVolumeClaim", re.I), AdmissionBlocker.UNBOUND_PVC),
-    (re.compile(r"taint", re.I), AdmissionBlocker.UNTOLERATED_TAINT),
-    (
-        re.compile(r"Insufficient|NotEnoughResources|not enough", re.I),
-        AdmissionBlocker.INSUFFICIENT_RESOURCES,
-    ),
-    (re.compile(r"quota", re.I), AdmissionBlocker.QUOTA),
-)
-
-
-_SPECIFIC = frozenset(
-    {
-        AdmissionBlocker.INSUFFICIENT_GPU,
-        AdmissionBlocker.UNBOUND_PVC,
-        AdmissionBlocker.UNTOLERATED_TAINT,
-        AdmissionBlocker.QUOTA,
-    }
-)
-
-
-def classify_reason(message: str) -> AdmissionBlocker:
-    """Map a scheduler or quota message to an :class:`AdmissionBlocker`."""
-    for pattern, blocker in _PATTERNS:
-        if pattern.search(message):
-            return blocker
-    return AdmissionBlocker.WAITING
+    def diagnosis(self) -> Diagnosis | None:
+        """The failure a permanent blocker makes of the job; ``None`` for any other state."""
+        if self.admitted or not self.permanent or self.blocker is None:
+            return None
+        return Blocker(
+            self.blocker, self.reason, self.hint, subject=self.subject, permanent=True
+        ).diagnosis()
 
 
 def expected_replicas(job: KubeObject) -> int:
     """How many pods the job asks for in total (over every ``*ReplicaSpecs`` role)."""
-    spec = job.get("spec") or {}
-    total = 0
-    for key, roles in spec.items():
-        if key.endswith("ReplicaSpecs") and isinstance(roles, dict):
-            total += sum(int((role or {}).get("replicas", 1) or 0) for role in roles.values())
-    return total
+    return sum(count for _, count, _ in replica_templates(job))
 
 
 def _is_scheduled(pod: KubeObject) -> bool:
@@ -101,37 +91,14 @@ def _is_scheduled(pod: KubeObject) -> bool:
     return False
 
 
-def _unschedulable_message(pod: KubeObject) -> str:
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return str(condition.get("message") or condition.get("reason") or "")
-    return ""
-
-
-def _podgroup_message(podgroup: KubeObject) -> str:
-    for condition in reversed((podgroup.get("status") or {}).get("conditions") or []):
-        if condition.get("type") == "Unschedulable" and condition.get("status") == "True":
-            return str(condition.get("message") or condition.get("reason") or "")
-    return ""
-
-
-def _event_messages(events: Sequence[KubeObject], reasons: set[str]) -> list[str]:
-    """Messages of events with one of ``reasons``, newest first."""
-    matching = [e for e in events if e.get("reason") in reasons]
-    matching.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "", reverse=True)
-    return [str(e.get("message") or "") for e in matching]
-
-
-def _one_line(message: str) -> str:
-    return " ".join(message.split())
-
-
 def admission_state(
     job: KubeObject,
     *,
     pods: Sequence[KubeObject],
     podgroups: Sequence[KubeObject] = (),
     events: Sequence[KubeObject] = (),
+    facts: ClusterFacts | None = None,
+    now: float | None = None,
 ) -> AdmissionState:
     """Decide whether ``job`` is admitted, from its pods, PodGroups and related events.
 
@@ -140,40 +107,35 @@ def admission_state(
         pods: The job's pods (any phase).
         podgroups: The job's Volcano PodGroups, if it is gang-scheduled.
         events: Events about the job, its pods and PodGroups.
+        facts: Cluster objects the job refers to (see :func:`.blockers.fact_request`); without
+            them only the operators' and schedulers' words are read.
+        now: The current time (Unix seconds) for verdicts that depend on it (no operator has
+            acted on the job within a grace period); without it, none does.
+
+    Example:
+        >>> job = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}}
+        >>> pod = {"metadata": {"name": "p"}, "spec": {}, "status": {"conditions": [
+        ...     {"type": "PodScheduled", "status": "False",
+        ...      "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}
+        >>> state = admission_state(job, pods=[pod])
+        >>> state.blocker, state.permanent
+        (<AdmissionBlocker.INSUFFICIENT_GPU: 'InsufficientGPU'>, False)
     """
     expected = expected_replicas(job)
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
     scheduled = sum(1 for p in live if _is_scheduled(p))
     if expected and scheduled >= expected:
-        return AdmissionState(True, scheduled=scheduled, expected=expected)
-
-    # Every place that may say why, most structured first; the first message that names a cause
-    # wins (a PodGroup's condition is often generic while an event names the resource).
-    messages = [
-        *(_podgroup_message(podgroup) for podgroup in podgroups),
-        *(_unschedulable_message(pod) for pod in live),
-        *_event_messages(events, {"FailedScheduling", "Unschedulable"}),
-        *_event_messages(events, {"FailedCreate", "FailedCreatePod"}),
-    ]
-    messages = [m for m in messages if m]
-    if messages:
-        message = next((m for m in messages if classify_reason(m) in _SPECIFIC), messages[0])
-        return AdmissionState(
-            False, classify_reason(message), _one_line(message), scheduled, expected
-        )
-    if len(live) < expected:
-        pending_groups = [
-            pg["metadata"]["name"]
-            for pg in podgroups
-            if (pg.get("status") or {}).get("phase") in (None, "Pending")
-        ]
-        reason = (
-            f"PodGroup {', '.join(pending_groups)} waiting to be enqueued"
-            if pending_groups
-            else f"{len(live)}/{expected} pods created so far"
-        )
-        blocker = AdmissionBlocker.WAITING if pending_groups else AdmissionBlocker.NOT_CREATED
-        return AdmissionState(False, blocker, reason, scheduled, expected)
+        return AdmissionState(True, scheduled=scheduled, expected=expected, pods=len(live))
+    found = find_blocker(job, pods=live, podgroups=podgroups, events=events, facts=facts, now=now)
     return AdmissionState(
-        False, AdmissionBlocker.WAITING, "waiting for the scheduler", scheduled, expected
+        False,
+        found.category,
+        found.message,
+        scheduled,
+        expected,
+        subject=found.subject,
+        hint=found.hint,
+        permanent=found.permanent,
+        pods=len(live),
+        recheck_in_s=found.recheck_in_s,
     )

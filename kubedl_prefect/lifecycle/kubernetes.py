@@ -12,8 +12,10 @@ end adds how it ended. A replay finds there what happened even after the jobs we
 Waiting never polls: the job, its pods, PodGroups and events are followed through the shared
 informers of the cluster's :class:`~kubedl_prefect.kube.session.KubeSession`; each change wakes
 the waiter, which re-reads the informers' current objects and decides with the pure functions of
-:mod:`.status`, :mod:`.admission` and :mod:`.diagnosis`. Every call works on the namespace and
-dialect of the reference it is given, not the backend's defaults.
+:mod:`.status`, :mod:`.admission` (with :mod:`.blockers`) and :mod:`.diagnosis`. While a job
+has not started, the cluster objects it refers to are read for that decision by :mod:`.facts`,
+once per wait; a cause that can never clear fails the job at once, and deletes it. Every call
+works on the namespace and dialect of the reference it is given, not the backend's defaults.
 
 All I/O runs on the process-wide :class:`~kubedl_prefect.kube.runtime.KubeRuntime` loop, so the
 async methods can be awaited from any event loop and :class:`~.backend.SyncBackend` gives the same
@@ -26,6 +28,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
@@ -66,15 +69,18 @@ from kubedl_prefect.lifecycle.backend import (
     WaitTimeouts,
     checkpoint_location,
 )
+from kubedl_prefect.lifecycle.blockers import fact_request
 from kubedl_prefect.lifecycle.delivery import delivered
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
 from kubedl_prefect.lifecycle.dialects import JobObjects, job_kind
-from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord
+from kubedl_prefect.lifecycle.facts import FactReader, operator_missing
+from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord, record_name, record_name_of
 from kubedl_prefect.lifecycle.replicas import ReplicaState, replica_states
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
 from kubedl_prefect.lifecycle.waiting import (
     Deadline,
     PhaseTracker,
+    ReasonKeeper,
     admission_timeout,
     past_active_deadline,
     phase_timeout,
@@ -105,21 +111,8 @@ LABEL_ATTEMPT = "kubedl-prefect.io/attempt"
 LABEL_RECORD = "kubedl-prefect.io/run-record"
 ANNOTATION_KEY = "kubedl-prefect.io/key"
 ANNOTATION_SPEC_HASH = "kubedl-prefect.io/spec-hash"
-RECORD_DATA_KEY = "record.json"
+ANNOTATION_SPEC_NAME = "kubedl-prefect.io/spec-name"
 _RECORD_WRITE_TRIES = 8
-
-
-def record_name(spec_name: str, key: str) -> str:
-    """The name of the record of the logical job ``(spec_name, key)``.
-
-    Its jobs' names less the attempt suffix.
-    """
-    return f"{spec_name}-{key_hash(key)}"
-
-
-def _record_name_of(ref: JobRef) -> str:
-    stem, _, attempt = ref.name.rpartition("-a")
-    return stem if attempt.isdigit() else ref.name
 
 
 class KubernetesBackend:
@@ -179,6 +172,7 @@ class KubernetesBackend:
         self._pool = pool
         self._session: KubeSession | None = None
         self._opening: asyncio.Task[KubeSession] | None = None
+        self._writing: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return (
@@ -222,6 +216,7 @@ class KubernetesBackend:
         """
 
         async def _close() -> None:
+            await self._flush_records()
             session, self._session = self._session, None
             if session is not None:
                 await (self._pool or session_pool()).release(session)
@@ -274,14 +269,22 @@ class KubernetesBackend:
         client = await self._get_client()
         kind = ResourceKind.of(manifest)
         name = manifest["metadata"]["name"]
+        adopted_ended = False
         try:
             created = await client.create(kind, self.namespace, manifest, dry_run=dry_run)
+        except NotFoundError as exc:
+            missing = await operator_missing(client, kind, spec.framework, self.dialect)
+            if missing is None:
+                raise
+            raise missing from exc
         except ConflictError:
             existing = await client.get(kind, self.namespace, name)
             self._check_adoptable(existing, manifest)
             created = existing
+            # An adopted job that has ended keeps the end its waiter recorded.
+            adopted_ended = job_status(existing).phase.terminal
         ref = self._ref(created, key, attempt, client.server)
-        if not dry_run:
+        if not dry_run and not adopted_ended:
             await self._record(
                 client,
                 ref,
@@ -342,6 +345,7 @@ class KubernetesBackend:
         """
 
         async def read() -> RunRecord | None:
+            await self._flush_records()
             client = await self._get_client()
             name = record_name(spec.name, key)
             try:
@@ -363,43 +367,31 @@ class KubernetesBackend:
     async def _record(
         self, client: KubeClient, ref: JobRef, spec_name: str, entry: AttemptRecord
     ) -> None:
-        """Add ``entry`` to the record of ``ref``'s logical job (optimistic concurrency).
+        """Write ``entry`` into the record of ``ref``'s logical job: one request.
 
-        A record that cannot be written (RBAC without ConfigMaps) is logged, not raised: the
-        job runs on, only a replay after clean-up will not know about it.
+        Each attempt has a data key of its own (``attempt-<n>``), so a merge patch adds or
+        replaces it without reading the record first and without conflicts between waiters;
+        the record is created on first use. A record that cannot be written (RBAC without
+        ConfigMaps) is logged, not raised: the job runs on, only a replay after clean-up will
+        not know about it.
         """
         name = record_name(spec_name, ref.key)
+        data = {attempt_data_key(entry.attempt): json.dumps(entry.to_dict())}
         try:
             for _ in range(_RECORD_WRITE_TRIES):
                 try:
-                    current = await client.get(CONFIG_MAPS, ref.namespace, name)
+                    await client.patch(CONFIG_MAPS, ref.namespace, name, {"data": data})
+                    return
                 except NotFoundError:
-                    current = None
-                record = _parse_record(current) if current is not None else None
-                if record is None:
-                    record = RunRecord(spec_name=spec_name, key=ref.key, spec_hash=ref.spec_hash)
-                elif record.spec_hash != ref.spec_hash:
-                    raise _other_spec(ref.namespace, record, ref.spec_hash)
-                data = {RECORD_DATA_KEY: json.dumps(record.with_attempt(entry).to_dict())}
+                    pass
                 try:
-                    if current is None:
-                        await client.create(
-                            CONFIG_MAPS, ref.namespace, _record_object(name, ref, data)
-                        )
-                    else:
-                        version = current["metadata"]["resourceVersion"]
-                        await client.patch(
-                            CONFIG_MAPS,
-                            ref.namespace,
-                            name,
-                            {"metadata": {"resourceVersion": version}, "data": data},
-                        )
+                    await client.create(
+                        CONFIG_MAPS, ref.namespace, record_object(name, ref, spec_name, data)
+                    )
                     return
                 except ConflictError:
-                    continue  # written meanwhile by another waiter: read again
-            logger.warning(
-                "could not write the run record %s/%s: too many conflicts", ref.namespace, name
-            )
+                    continue  # created meanwhile by another waiter: patch it
+            logger.warning("could not write the run record %s/%s", ref.namespace, name)
         except ForbiddenError as exc:
             logger.warning(
                 "cannot write the run record %s/%s (%s); a replay after the jobs are cleaned up "
@@ -411,10 +403,27 @@ class KubernetesBackend:
                 ref.attempt,
             )
 
+    async def _flush_records(self) -> None:
+        """Wait for the end records this backend is still writing (before reading records)."""
+        while self._writing:
+            await asyncio.gather(*self._writing, return_exceptions=True)
+
+    def _record_in_background(self, write: Coroutine[Any, Any, None]) -> None:
+        """Write an end record without delaying the wait's return (one round trip saved).
+
+        The write is awaited by every later read of records, by :meth:`close`, and at
+        interpreter exit (:meth:`KubeRuntime.track`).
+        """
+        task = asyncio.get_running_loop().create_task(write)
+        self._writing.add(task)
+        task.add_done_callback(self._writing.discard)
+        KubeRuntime.get().track(task)
+
     async def _recorded_end(self, client: KubeClient, ref: JobRef) -> AttemptRecord | None:
         """The recorded end of ``ref``'s attempt, if one was seen (same job: same uid)."""
+        await self._flush_records()
         try:
-            record = await _read_record(client, ref.namespace, _record_name_of(ref))
+            record = await _read_record(client, ref.namespace, record_name_of(ref.name))
         except ForbiddenError:
             return None
         entry = record.get(ref.attempt) if record is not None else None
@@ -428,19 +437,8 @@ class KubernetesBackend:
         await self._record(
             client,
             ref,
-            _record_name_of(ref).rsplit("-", 1)[0],
-            AttemptRecord(
-                attempt=ref.attempt,
-                name=ref.name,
-                uid=ref.uid,
-                phase=str(status.phase),
-                reason=status.reason,
-                message=status.message,
-                start_time=status.start_time,
-                completion_time=status.completion_time,
-                diagnosis=diagnosis,
-                ref=ref.to_dict(),
-            ),
+            record_name_of(ref.name).rsplit("-", 1)[0],
+            _end_entry(ref, status, diagnosis),
         )
 
     # -- attaching -------------------------------------------------------------------------
@@ -551,7 +549,8 @@ class KubernetesBackend:
         Raises:
             AdmissionTimeoutError: Not admitted in time; carries the last reason. The job is
                 deleted first unless ``delete_on_timeout`` is false.
-            JobFailedError: The job failed before it was admitted.
+            JobFailedError: The job failed before it was admitted, or can never be (a permanent
+                blocker, see :mod:`.blockers`: the job was deleted and its end recorded).
             JobCancelledError: The job was deleted meanwhile (and its end was not recorded).
         """
         try:
@@ -570,16 +569,28 @@ class KubernetesBackend:
         try:
             async with self._follow(ref) as (view, queue):
                 tracker = PhaseTracker(on_phase)
+                reader, keeper = FactReader(client, ref.namespace), ReasonKeeper()
                 while True:
                     job = view.current_job()
-                    admission = view.admission(job)
                     status = job_status(job)
+                    admission = await _admission_now(view, job, status, reader, keeper)
                     tracker.observe(status, admission)
                     if admission.admitted or status.phase in (Phase.RUNNING, Phase.SUCCEEDED):
                         return admission
                     if status.phase == Phase.FAILED:
                         raise self._failed(view, job)
-                    await deadline.wait(queue, admission_timeout(ref, timeout_s, admission))
+                    never = admission.diagnosis()
+                    if never is not None:
+                        # It can never be admitted: fail it now, leave nothing of it behind.
+                        await self._cancel(ref, 120.0)
+                        failed = _failed_status(status, never)
+                        self._record_in_background(self._record_end(client, ref, failed, never))
+                        raise _never_starts(ref, never)
+                    try:
+                        async with asyncio.timeout(admission.recheck_in_s):
+                            await deadline.wait(queue, admission_timeout(ref, timeout_s, admission))
+                    except TimeoutError:
+                        continue  # a grace period ran out: decide again
         except JobCancelledError:
             ended = await self._recorded_end(client, ref)
             if ended is None:
@@ -591,7 +602,9 @@ class KubernetesBackend:
     async def phases(self, ref: JobRef) -> AsyncIterator[PhaseUpdate]:
         """Yield each change of the job's phase or replica counts, until it is terminal.
 
-        Must be iterated on the runtime loop; :meth:`wait_completed` is the portable way.
+        Must be iterated on the runtime loop; :meth:`wait_completed` is the portable way. Its
+        admission reasons are the operators' and schedulers' words only (no cluster objects are
+        read, nothing is failed).
         """
         async with self._follow(ref) as (view, queue):
             tracker = PhaseTracker(None)
@@ -641,7 +654,7 @@ class KubernetesBackend:
             if ended is None:
                 raise
             return JobOutcome(ref, ended.status(), ended.diagnosis, replayed=True)
-        await self._record_end(client, ref, outcome.status, outcome.diagnosis)
+        self._record_in_background(self._record_end(client, ref, outcome.status, outcome.diagnosis))
         return outcome
 
     async def _follow_to_end(
@@ -649,11 +662,16 @@ class KubernetesBackend:
     ) -> JobOutcome:
         async with self._follow(ref) as (view, queue):
             tracker = PhaseTracker(on_phase)
+            client = await self._get_client()
+            reader, keeper = FactReader(client, ref.namespace), ReasonKeeper()
             stage, deadline = "admission", Deadline(timeouts.admission_s)
             while True:
                 job = view.current_job()
                 status = job_status(job)
-                admission = view.admission(job)
+                if stage == "admission":
+                    admission = await _admission_now(view, job, status, reader, keeper)
+                else:
+                    admission = view.admission(job)
                 tracker.observe(status, admission)
                 if status.phase.terminal:
                     diagnosis = None
@@ -666,18 +684,15 @@ class KubernetesBackend:
                             log_tails=await self._failed_log_tails(pods),
                         )
                     return JobOutcome(ref, status, diagnosis, tuple(tracker.history))
-                stuck = stuck_for_good(view.pods()) or past_active_deadline(job, status)
+                stuck = (
+                    stuck_for_good(view.pods())
+                    or past_active_deadline(job, status)
+                    or (admission.diagnosis() if stage == "admission" else None)
+                )
                 if stuck is not None:
                     # The operator would leave it pending for ever: fail it now and free the GPUs.
                     await self._cancel(ref, timeouts.cancel_s)
-                    failed = JobStatus(
-                        phase=Phase.FAILED,
-                        reason=str(stuck.category),
-                        message=stuck.message,
-                        replicas=status.replicas,
-                        start_time=status.start_time,
-                        resource_version=status.resource_version,
-                    )
+                    failed = _failed_status(status, stuck)
                     return JobOutcome(ref, failed, stuck, tuple(tracker.history))
                 if stage == "admission" and (
                     admission.admitted
@@ -687,13 +702,15 @@ class KubernetesBackend:
                 if stage == "startup" and status.phase in (Phase.RUNNING, Phase.RESTARTING):
                     stage, deadline = "completion", Deadline(timeouts.completion_s)
                 overdue_in = seconds_until_overdue(job, status)
+                recheck_in = admission.recheck_in_s if stage == "admission" else None
+                wake_in = min((t for t in (overdue_in, recheck_in) if t is not None), default=None)
                 try:
-                    async with asyncio.timeout(overdue_in):
+                    async with asyncio.timeout(wake_in):
                         await deadline.wait(
                             queue, phase_timeout(ref, stage, timeouts, status, admission)
                         )
                 except TimeoutError:
-                    continue  # the active deadline passed: the next round fails the job
+                    continue  # the active deadline or a grace period passed: decide again
 
     async def _failed_log_tails(
         self, pods: list[KubeObject], *, limit: int = 8
@@ -918,6 +935,49 @@ class _JobView:
         )
 
 
+async def _admission_now(
+    view: _JobView, job: KubeObject, status: JobStatus, reader: FactReader, keeper: ReasonKeeper
+) -> AdmissionState:
+    """The admission state of a job that has not started, with the cluster facts it needs.
+
+    The facts are read only while the job is not admitted (and only what is not known yet, see
+    :class:`.facts.FactReader`); the reason is kept against vaguer ones (:class:`ReasonKeeper`).
+    """
+    pods, podgroups, events = view.pods(), view.podgroups(), view.events()
+    state = admission_state(job, pods=pods, podgroups=podgroups, events=events)
+    if state.admitted or status.phase not in (Phase.CREATED, Phase.QUEUING):
+        return keeper.keep(state)
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    facts = await reader.read(fact_request(job, pods=live, podgroups=podgroups, events=events))
+    state = admission_state(
+        job, pods=pods, podgroups=podgroups, events=events, facts=facts, now=time.time()
+    )
+    return keeper.keep(state)
+
+
+def _failed_status(status: JobStatus, diagnosis: Diagnosis) -> JobStatus:
+    """The status of a job we failed ourselves (it would never have ended by itself)."""
+    return JobStatus(
+        phase=Phase.FAILED,
+        reason=str(diagnosis.category),
+        message=diagnosis.message,
+        replicas=status.replicas,
+        start_time=status.start_time,
+        resource_version=status.resource_version,
+    )
+
+
+def _never_starts(ref: JobRef, diagnosis: Diagnosis) -> JobFailedError:
+    return JobFailedError(
+        f"{ref.kind} {ref.namespace}/{ref.name} can never start, and was deleted: "
+        f"{diagnosis.summary()}",
+        hint=diagnosis.hint,
+        retryable=False,
+        diagnosis=diagnosis,
+        attempts=ref.attempt,
+    )
+
+
 def _gone(ref: JobRef) -> JobCancelledError:
     return JobCancelledError(
         f"{ref.kind} {ref.namespace}/{ref.name} was deleted while being waited on",
@@ -948,7 +1008,28 @@ def _other_spec(namespace: str, record: RunRecord, wanted_hash: str) -> Adoption
     )
 
 
-def _record_object(name: str, ref: JobRef, data: dict[str, str]) -> KubeObject:
+def attempt_data_key(attempt: int) -> str:
+    """The record's data key of one attempt."""
+    return f"attempt-{attempt}"
+
+
+def _end_entry(ref: JobRef, status: JobStatus, diagnosis: Diagnosis | None) -> AttemptRecord:
+    return AttemptRecord(
+        attempt=ref.attempt,
+        name=ref.name,
+        uid=ref.uid,
+        phase=str(status.phase),
+        reason=status.reason,
+        message=status.message,
+        start_time=status.start_time,
+        completion_time=status.completion_time,
+        diagnosis=diagnosis,
+        ref=ref.to_dict(),
+    )
+
+
+def record_object(name: str, ref: JobRef, spec_name: str, data: dict[str, str]) -> KubeObject:
+    """The ConfigMap that holds the record of `ref`'s logical job, with `data` in it."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -960,21 +1041,34 @@ def _record_object(name: str, ref: JobRef, data: dict[str, str]) -> KubeObject:
                 LABEL_KEY_HASH: key_hash(ref.key),
                 LABEL_RECORD: "true",
             },
-            "annotations": {ANNOTATION_KEY: ref.key, ANNOTATION_SPEC_HASH: ref.spec_hash},
+            "annotations": {
+                ANNOTATION_KEY: ref.key,
+                ANNOTATION_SPEC_HASH: ref.spec_hash,
+                ANNOTATION_SPEC_NAME: spec_name,
+            },
         },
         "data": data,
     }
 
 
 def _parse_record(obj: KubeObject) -> RunRecord | None:
-    text = (obj.get("data") or {}).get(RECORD_DATA_KEY)
-    if not text:
-        return None
-    try:
-        return RunRecord.from_dict(json.loads(text))
-    except (ValueError, KeyError, TypeError) as exc:
-        logger.warning("ignoring the unreadable run record %s: %s", obj["metadata"]["name"], exc)
-        return None
+    """The record a ConfigMap holds: its annotations and one data key per attempt."""
+    metadata = obj["metadata"]
+    annotations = metadata.get("annotations") or {}
+    attempts = []
+    for data_key, text in sorted((obj.get("data") or {}).items()):
+        if not data_key.startswith("attempt-"):
+            continue
+        try:
+            attempts.append(AttemptRecord.from_dict(json.loads(text)))
+        except (ValueError, KeyError, TypeError) as exc:
+            logger.warning("ignoring %s of the run record %s: %s", data_key, metadata["name"], exc)
+    return RunRecord(
+        spec_name=str(annotations.get(ANNOTATION_SPEC_NAME) or ""),
+        key=str(annotations.get(ANNOTATION_KEY) or ""),
+        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH) or ""),
+        attempts=tuple(sorted(attempts, key=lambda a: a.attempt)),
+    )
 
 
 async def _read_record(client: KubeClient, namespace: str, name: str) -> RunRecord | None:

@@ -2,6 +2,8 @@
 
 - :class:`PhaseTracker` turns the states a wait observes into phase updates,
   reporting each change once;
+- :class:`ReasonKeeper` keeps the most specific reason a job waits for, so that a vaguer message
+  seen later (an event that expired, a PodGroup condition rewritten) does not replace it;
 - :class:`Deadline` waits for the next watch event or raises the phase's timeout, on the
   monotonic clock;
 - the active deadline (``activeDeadlineSeconds``), which some operator versions never enforce;
@@ -14,6 +16,7 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from kubedl_prefect.errors import (
@@ -26,8 +29,14 @@ from kubedl_prefect.kube.resources import KubeObject
 from kubedl_prefect.kube.watch import EventQueue, next_event
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, WaitTimeouts
+from kubedl_prefect.lifecycle.blockers import GENERIC_BLOCKERS
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, FailureCategory
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
+
+_NOT_QUEUING = frozenset(
+    {None, AdmissionBlocker.NOT_CREATED, AdmissionBlocker.OPERATOR_NOT_RUNNING}
+)
+_UNATTENDED = frozenset({AdmissionBlocker.OPERATOR_NOT_RUNNING})
 
 
 class PhaseTracker:
@@ -44,10 +53,12 @@ class PhaseTracker:
         if phase in (Phase.CREATED, Phase.QUEUING):
             if admission.admitted:
                 phase = Phase.ADMITTED
-            elif admission.blocker not in (None, AdmissionBlocker.NOT_CREATED):
+            elif admission.blocker not in _NOT_QUEUING:
                 phase = Phase.QUEUING
-        # While queued, a new reason is news too: it is what the user waits on.
-        reason = admission.reason if phase == Phase.QUEUING else ""
+        # While queued, a new reason is news too: it is what the user waits on. A job no operator
+        # has acted on stays Created, but that is news as well.
+        unattended = phase == Phase.CREATED and admission.blocker in _UNATTENDED
+        reason = admission.reason if phase == Phase.QUEUING or unattended else ""
         key = (phase, reason, tuple(sorted(status.replicas.items())))
         if key == self._last:
             return None
@@ -55,13 +66,41 @@ class PhaseTracker:
         update = PhaseUpdate(
             phase=phase,
             status=status,
-            admission=admission if phase in (Phase.QUEUING, Phase.ADMITTED) else None,
+            admission=admission if phase in (Phase.QUEUING, Phase.ADMITTED) or unattended else None,
             observed_at=time.time(),
         )
         self.history.append(update)
         if self.callback is not None:
             self.callback(update)
         return update
+
+
+class ReasonKeeper:
+    """Keeps a specific reason while the job makes no progress and later words are vaguer.
+
+    A job refused by a quota says so in an event; an hour later the event has expired and only
+    "pod group is not ready" is left. What the user waits on has not changed, so the specific
+    reason is kept until the job moves (more pods created or scheduled) or another specific
+    reason comes.
+    """
+
+    def __init__(self) -> None:
+        self._kept: AdmissionState | None = None
+
+    def keep(self, admission: AdmissionState) -> AdmissionState:
+        """``admission``, or the specific state it would replace with a vaguer one."""
+        if admission.admitted:
+            self._kept = None
+            return admission
+        if admission.blocker not in GENERIC_BLOCKERS:
+            self._kept = admission
+            return admission
+        kept = self._kept
+        progress = (admission.scheduled, admission.pods, admission.expected)
+        if kept is not None and (kept.scheduled, kept.pods, kept.expected) == progress:
+            return replace(kept, recheck_in_s=admission.recheck_in_s)
+        self._kept = None
+        return admission
 
 
 class Deadline:
@@ -130,6 +169,8 @@ def past_active_deadline(
 
 def admission_hint(admission: AdmissionState) -> str:
     """What to do about what holds the gang back."""
+    if admission.hint:
+        return admission.hint
     hints = {
         AdmissionBlocker.INSUFFICIENT_GPU: "ask for fewer GPUs per replica or fewer replicas, or "
         "wait for GPUs to free up",
@@ -153,6 +194,8 @@ def admission_timeout(
         timeout_s=timeout_s or 0.0,
         last_reason=admission.reason,
         hint=admission_hint(admission),
+        blocker=str(admission.blocker) if admission.blocker is not None else None,
+        subject=admission.subject or None,
     )
 
 

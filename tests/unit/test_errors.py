@@ -232,7 +232,7 @@ def test_job_failed_error_carries_a_typed_diagnosis(diagnosis: Diagnosis) -> Non
 
 def test_an_unknown_category_reads_as_unknown() -> None:
     data = Diagnosis(FailureCategory.KILLED, True, "worker-0", 137, "killed", "resume").to_dict()
-    data["category"] = "QuotaExceeded"  # written by a version that knows more categories
+    data["category"] = "FutureCategory"  # written by a version that knows more categories
     diagnosis = Diagnosis.from_dict(data)
     assert diagnosis.category is FailureCategory.UNKNOWN
     assert diagnosis.retryable is True

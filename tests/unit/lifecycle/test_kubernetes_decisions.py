@@ -22,15 +22,19 @@ from kubedl_prefect.errors import (
     JobCancelledError,
     JobFailedError,
     KubeDLPrefectError,
+    NotFoundError,
+    OperatorNotInstalledError,
     StartupTimeoutError,
 )
 from kubedl_prefect.kube.credentials import connect
-from kubedl_prefect.kube.resources import CONFIG_MAPS, ResourceKind
+from kubedl_prefect.kube.resources import CONFIG_MAPS, EVENTS, VOLCANO_PODGROUPS, ResourceKind
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.kube.session import SessionPool
-from kubedl_prefect.lifecycle import waiting
+from kubedl_prefect.lifecycle import blockers, waiting
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, SyncBackend, WaitTimeouts
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, record_name
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.records import record_name
 from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
 from kubedl_prefect.lifecycle.run import attach
 from kubedl_prefect.lifecycle.status import Phase
@@ -442,6 +446,15 @@ async def test_each_attempt_is_recorded_in_one_config_map_per_logical_job(
     )
     stored = await operator.client.get(CONFIG_MAPS, "ml", record_name("mnist", "record"))
     assert stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubedl-prefect"
+    assert sorted(stored["data"]) == ["attempt-1"]
+
+    # Adopting the finished job again keeps its recorded end.
+    again = await backend.submit(spec(), key="record")
+    assert again.uid == ref.uid
+    kept = await backend.history(spec(), key="record")
+    assert kept is not None
+    assert kept.latest is not None
+    assert kept.latest.succeeded
 
 
 async def test_the_sync_face_submits_attaches_reads_history_and_cancels(
@@ -495,3 +508,163 @@ async def test_every_wait_that_gives_up_follows_one_rule_also_through_run_to_com
     with pytest.raises(StartupTimeoutError):
         await backend.wait_completed(ref, timeouts=startup)
     assert (ref.name in await jobs_in(operator)) is not delete
+
+
+# -- jobs that can never start, and jobs nothing acts on -----------------------------------
+
+
+def podgroup(ref: JobRef, queue: str) -> dict[str, Any]:
+    """The PodGroup KubeDL makes for a gang job (labelled with the job's name)."""
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "labels": {"kubedl.io/gang-job-name": ref.name},
+            "ownerReferences": [
+                {
+                    "apiVersion": ref.api_version,
+                    "kind": ref.kind,
+                    "name": ref.name,
+                    "uid": ref.uid,
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"minMember": 3, "queue": queue},
+    }
+
+
+def refusal(ref: JobRef, message: str) -> dict[str, Any]:
+    """The event an operator writes on the job when the API server refuses a pod."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{ref.name}.refused", "namespace": ref.namespace},
+        "involvedObject": {"kind": ref.kind, "name": ref.name, "namespace": ref.namespace},
+        "reason": "FailedCreatePod",
+        "type": "Warning",
+        "message": f"Error creating: {message}",
+        "lastTimestamp": "2026-12-01T10:00:00Z",
+    }
+
+
+async def test_a_missing_queue_fails_the_job_at_once_and_leaves_nothing_behind(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, fake_api: Any
+) -> None:
+    backend = make_backend()
+    name = backend.manifest(spec(), key="no-queue", attempt=1)["metadata"]["name"]
+
+    async def enqueue_nowhere(ref: JobRef) -> None:
+        # Pods first: the fake API server has no garbage collector for pods made after the job
+        # was deleted (the wait decides as soon as it sees the PodGroup).
+        await operator.pods(ref, {"master": 1, "worker": 2}, scheduled=False)
+        await operator.client.create(VOLCANO_PODGROUPS, "ml", podgroup(ref, "nosuch"))
+
+    playing = asyncio.ensure_future(run_when_created(operator, "ml", name, enqueue_nowhere))
+    started = time.monotonic()
+    with pytest.raises(JobFailedError) as caught:
+        await run_to_completion(backend, spec(), key="no-queue", retry=FAST_RETRY)
+    await playing
+    assert time.monotonic() - started < 10
+    diagnosis = caught.value.diagnosis
+    assert diagnosis is not None
+    assert diagnosis.category is FailureCategory.QUEUE_NOT_FOUND
+    assert diagnosis.subject == "Queue nosuch"
+    assert 'Queue "nosuch"' in str(caught.value)
+    assert not caught.value.retryable
+    assert caught.value.attempts == 1
+    assert await jobs_in(operator) == []
+    assert (await operator.client.list(VOLCANO_PODGROUPS, "ml")).items == []
+    # The queue was read once, however many changes the wait saw.
+    assert fake_api.count("get", "/apis/scheduling.volcano.sh/v1beta1/queues/nosuch") == 1
+
+
+async def test_pods_the_api_server_refuses_fail_the_admission_wait_with_that_cause(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator
+) -> None:
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="invalid")
+    await operator.client.create(VOLCANO_PODGROUPS, "ml", podgroup(ref, "default"))
+    await operator.client.create(
+        EVENTS,
+        "ml",
+        refusal(
+            ref,
+            f'Pod "{ref.name}-master-0" is invalid: spec.containers[0].volumeMounts[0].name: '
+            'Not found: "nosuch"',
+        ),
+    )
+    with pytest.raises(JobFailedError) as caught:
+        await asyncio.wait_for(backend.wait_admitted(ref, timeout_s=30), 10)
+    assert caught.value.diagnosis is not None
+    assert caught.value.diagnosis.category is FailureCategory.POD_REFUSED
+    assert f"{ref.name}-master-0" in caught.value.message
+    assert await jobs_in(operator) == []
+    record = await backend.history(spec(), key="invalid")
+    assert record is not None
+    assert record.latest is not None
+    assert record.latest.phase == "Failed"
+
+
+async def test_a_forbidden_read_is_said_instead_of_failing_the_wait(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, fake_api: Any
+) -> None:
+    fake_api.fail_next(
+        "get", "/apis/scheduling.volcano.sh/v1beta1/queues", 403, "Forbidden", times=None
+    )
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="forbidden")
+    await operator.client.create(VOLCANO_PODGROUPS, "ml", podgroup(ref, "nosuch"))
+    with pytest.raises(AdmissionTimeoutError) as caught:
+        await backend.wait_admitted(ref, timeout_s=1.0)
+    assert caught.value.last_reason is not None
+    assert "could not check: Queue nosuch (forbidden)" in caught.value.last_reason
+    assert caught.value.blocker == "Waiting"
+    assert await jobs_in(operator) == []  # given up on: deleted, as every wait that gives up
+    # A refused read is not tried again in the same wait.
+    assert fake_api.count("get", "/apis/scheduling.volcano.sh/v1beta1/queues/nosuch") == 1
+
+
+async def test_a_job_no_operator_acts_on_is_reported_with_the_operator_to_check(
+    make_backend: Callable[..., KubernetesBackend], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(blockers, "OPERATOR_GRACE_S", 0.5)
+    backend = make_backend()
+    ref = await backend.submit(spec(), key="no-operator")
+    seen: list[PhaseUpdate] = []
+    started = time.monotonic()
+    with pytest.raises(AdmissionTimeoutError) as caught:
+        await backend.wait_completed(
+            ref, timeouts=WaitTimeouts(admission_s=2.5), on_phase=seen.append
+        )
+    assert time.monotonic() - started < 5
+    assert caught.value.blocker == "OperatorNotRunning"
+    assert "the KubeDL operator" in (caught.value.last_reason or "")
+    assert "--workloads" in (caught.value.hint or "")
+    reported = [u for u in seen if u.admission is not None]
+    assert reported
+    assert reported[-1].phase is Phase.CREATED
+    assert reported[-1].admission is not None
+    assert reported[-1].admission.blocker is AdmissionBlocker.OPERATOR_NOT_RUNNING
+
+
+async def test_a_kind_the_cluster_does_not_serve_is_refused_at_submission(
+    make_backend: Callable[..., KubernetesBackend], fake_api: Any, operator: FakeOperator
+) -> None:
+    fake_api.fail_next(
+        "create",
+        "/apis/training.kubedl.io/",
+        404,
+        "NotFound",
+        message="the server could not find the requested resource",
+    )
+    with pytest.raises(OperatorNotInstalledError) as caught:
+        await make_backend().submit(spec(), key="no-crd")
+    assert isinstance(caught.value, NotFoundError)
+    assert "pytorchjobs.training.kubedl.io" in caught.value.message
+    assert caught.value.diagnosis is not None
+    assert caught.value.diagnosis.category is FailureCategory.OPERATOR_NOT_INSTALLED
+    assert "KubeDL" in (caught.value.hint or "")
+    assert await jobs_in(operator) == []
