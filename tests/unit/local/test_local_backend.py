@@ -226,9 +226,13 @@ async def test_a_replica_killed_by_sigkill_is_retried_and_the_next_attempt_resum
     assert first.diagnosis.category == FailureCategory.KILLED
     assert (first.diagnosis.replica, first.diagnosis.exit_code) == ("worker-0", 137)
     assert "SIGKILL" in first.diagnosis.message
-    # Both attempts got the same checkpoint directory; the second went on from epoch 2.
+    # Both attempts got the same checkpoint directory; the second went on from where the first
+    # left its checkpoint (epoch 1 or later: the master may have got further before it was
+    # stopped), not from the start.
     await backend.follow_logs(outcome.ref, lambda line: lines.append(line.text))
-    assert "resuming at epoch 2" in lines
+    resumed = [int(text.rsplit(" ", 1)[1]) for text in lines if text.startswith("resuming at")]
+    assert resumed
+    assert min(resumed) >= 1
     assert (checkpoint_of(workspace) / "progress").read_text() == "4"
 
 
