@@ -450,6 +450,26 @@ class _Importer:
                 known.add("cleanPodPolicy")  # legacy, still read by both operators
                 if dialect is Dialect.KUBEDL or policy.get("cleanPodPolicy") is None:
                     policy = {**policy, "cleanPodPolicy": body["cleanPodPolicy"]}
+            if framework is Framework.MPI and dialect is Dialect.KUBEDL:
+                # KubeDL's inline legacy copy of the run policy (rendered beside the nested one,
+                # see renderers/kubedl.py): accepted where it agrees with the nested one.
+                for key in (
+                    "ttlSecondsAfterFinished",
+                    "activeDeadlineSeconds",
+                    "backoffLimit",
+                    "schedulingPolicy",
+                ):
+                    if key not in body:
+                        continue
+                    known.add(key)
+                    if key not in policy:
+                        policy = {**policy, key: body[key]}
+                    elif policy[key] != body[key]:
+                        self.fail(
+                            f"spec.{key}",
+                            f"spec.{key} differs from spec.runPolicy.{key}",
+                            "give the same value in both places, or only in spec.runPolicy",
+                        )
             self._run_policy_extras(policy, prefix)
         for key in ("backoffLimit", *_RUN_POLICY):
             if policy.get(key) is not None:

@@ -4,9 +4,18 @@ Each binary is one row of a table (:class:`GoBinary`): the wrapper module folder
 ``go.mod``/``go.sum``), the package to build, the binary name and its ``-ldflags``. A binary
 lands in ``cache_root()/bin/<name>-<hash>`` where the hash covers everything that can change the
 result (go.mod, go.sum, the module's own ``.go`` files for its own packages, the Go version,
-flags); it is rebuilt only when that hash changes. Builds are CPU- and memory-heavy (the API
-server takes minutes on two cores), so they run one at a time under a file lock that also keeps
-concurrent processes (CI, a second shell) from building the same binary twice.
+flags, source patches); it is rebuilt only when that hash changes.
+
+A row may carry :class:`SourcePatch` edits of a pinned dependency's files (an upstream listen
+address hard-coded to every interface, say): the patched modules are copied outside the module
+cache and the repository, patched there and swapped in by ``go build -modfile`` (a copy of the
+wrapper's go.mod with a ``replace`` line per patched module): the module cache stays pristine and
+no upstream file is copied into this repository. A patch whose text is not found exactly once
+fails the build.
+
+Builds are CPU- and memory-heavy (the API server takes minutes on two cores), so they run one at a
+time under a file lock that also keeps concurrent processes (CI, a second shell) from building the
+same binary twice.
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +44,26 @@ _LOG_TAIL_LINES = 40
 
 
 @dataclass(frozen=True)
+class SourcePatch:
+    """A textual edit of one file of a dependency, applied at build time (see the module docs).
+
+    Attributes:
+        module: Module path of the dependency (``github.com/alibaba/kubedl``), resolved to the
+            version the wrapper module pins.
+        file: The file, relative to the module's root (``pkg/metrics/monitor.go``).
+        old: Text that must occur exactly once in the file.
+        new: What replaces it.
+        reason: Why the patch exists (kept in the build log).
+    """
+
+    module: str
+    file: str
+    old: str
+    new: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class GoBinary:
     """One binary the test bed builds.
 
@@ -45,6 +75,7 @@ class GoBinary:
         ldflags: Extra ``-ldflags`` items, e.g. ``-X`` version stamps (``-s -w`` are always added).
         tags: Go build tags.
         env: Extra environment variables for ``go build`` (``CGO_ENABLED``...).
+        patches: Edits of dependencies' files applied to this build only.
     """
 
     name: str
@@ -53,6 +84,7 @@ class GoBinary:
     ldflags: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
+    patches: tuple[SourcePatch, ...] = ()
 
 
 def kube_version_ldflags(
@@ -118,6 +150,7 @@ def inputs_hash(binary: GoBinary) -> str:
         "env": binary.env,
         "go": go_version(),
         "goexperiment": env.get("GOEXPERIMENT", ""),
+        "patches": [[p.module, p.file, p.old, p.new] for p in binary.patches],
     }
     digest.update(json.dumps(meta, sort_keys=True).encode())
     for path in _module_inputs(binary.module, with_sources=binary.package.startswith(".")):
@@ -203,9 +236,13 @@ def build(
         command += ["-ldflags", " ".join(("-s", "-w", *binary.ldflags))]
         if binary.tags:
             command += ["-tags", ",".join(binary.tags)]
+        if binary.patches:
+            command += ["-modfile", str(write_patched_modfile(binary, bin_dir() / "patched"))]
         command.append(binary.package)
         started = time.monotonic()
         with log_path.open("w") as log:
+            for patch in binary.patches:
+                log.write(f"# patched {patch.module}/{patch.file}: {patch.reason}\n")
             log.write(f"$ (cd {binary.module} && {' '.join(command)})\n")
             log.flush()
             proc = subprocess.run(
@@ -230,6 +267,81 @@ def build(
         _record_build_time(binary, target, elapsed)
         _remove_stale(binary, keep=target)
         return target
+
+
+def apply_patch(text: str, patch: SourcePatch) -> str:
+    """``text`` with ``patch`` applied.
+
+    Raises:
+        TestbedError: ``patch.old`` does not occur exactly once (the pinned version changed).
+    """
+    count = text.count(patch.old)
+    if count != 1:
+        raise TestbedError(
+            f"source patch of {patch.module}/{patch.file} expects its text once, found it "
+            f"{count} times: {patch.old!r}",
+            hint="the pinned version changed: update the patch in the binaries table",
+        )
+    return text.replace(patch.old, patch.new)
+
+
+def _module_dir(binary: GoBinary, module: str) -> Path:
+    proc = subprocess.run(
+        [go_binary(), "list", "-m", "-json", module],
+        cwd=binary.module,
+        env=build_env(binary),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode == 0:
+        folder = json.loads(proc.stdout).get("Dir")
+        if folder:
+            return Path(folder)
+    raise TestbedError(
+        f"cannot find module {module} of {binary.module} to patch: {proc.stderr.strip()}",
+        hint=f"run `go mod download` in {binary.module}",
+    )
+
+
+def write_patched_modfile(binary: GoBinary, folder: Path) -> Path:
+    """Copy and patch the modules ``binary`` patches; return a ``go.mod`` that points at them.
+
+    Go refuses ``-overlay`` replacements of files in the module cache, so each patched module is
+    copied under ``folder`` (outside the cache and the repository) and a copy of the wrapper's
+    ``go.mod`` gains one ``replace`` line per patched module, for ``go build -modfile``.
+    """
+    root = folder / f"patched-{binary.name}"
+    _remove_tree(root)
+    modules = sorted({p.module for p in binary.patches})
+    # A replace the wrapper already has for a patched module gives way to the patched copy.
+    lines = [
+        line
+        for line in (binary.module / "go.mod").read_text(encoding="utf-8").splitlines()
+        if not any(line.strip().startswith(f"replace {m} ") for m in modules)
+    ]
+    lines.append("")
+    for module in modules:
+        copy = root / module.replace("/", "_")
+        shutil.copytree(_module_dir(binary, module), copy, copy_function=shutil.copyfile)
+        for folder_path in [copy, *(p for p in copy.rglob("*") if p.is_dir())]:
+            folder_path.chmod(0o755)
+        for patch in (p for p in binary.patches if p.module == module):
+            target = copy / patch.file
+            target.write_text(apply_patch(target.read_text(encoding="utf-8"), patch))
+        lines.append(f"replace {module} => {copy}")
+    modfile = root / "go.mod"
+    modfile.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if (binary.module / "go.sum").is_file():
+        shutil.copyfile(binary.module / "go.sum", root / "go.sum")
+    return modfile
+
+
+def _remove_tree(path: Path) -> None:
+    if path.exists():
+        for folder in [path, *(p for p in path.rglob("*") if p.is_dir())]:
+            folder.chmod(0o755)
+        shutil.rmtree(path)
 
 
 def build_all(

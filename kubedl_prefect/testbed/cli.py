@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from typing import Annotated
 
 import typer
@@ -140,6 +141,36 @@ def restart(
     typer.echo(f"{component} of test bed {name} restarted after {downtime:.1f}s down")
 
 
+@app.command("stop-operator")
+def stop_operator(
+    component: Annotated[str, typer.Argument(help="kubedl-operator, training-operator, ...")],
+    name: NameOption = "default",
+    port_base: PortBaseOption = None,
+) -> None:
+    """Stop one operator and keep it stopped (its supervisor leaves it alone) until started."""
+    _setup_logging(verbose=True)
+    try:
+        _testbed(name, port_base).stop(component)
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"{component} of test bed {name} stopped")
+
+
+@app.command("start-operator")
+def start_operator(
+    component: Annotated[str, typer.Argument(help="kubedl-operator, training-operator, ...")],
+    name: NameOption = "default",
+    port_base: PortBaseOption = None,
+) -> None:
+    """Start an operator stopped with stop-operator again and wait until it is ready."""
+    _setup_logging(verbose=True)
+    try:
+        _testbed(name, port_base).start(component)
+    except TestbedError as exc:
+        raise _fail(exc) from exc
+    typer.echo(f"{component} of test bed {name} started")
+
+
 @app.command()
 def status(name: NameOption = "default", port_base: PortBaseOption = None) -> None:
     """Show each component (pid, health, memory) and the kubeconfig; exit 1 unless all are up."""
@@ -162,17 +193,23 @@ def _format_status(state: TestbedStatus) -> str:
         lines.append(f"  API server:  {state.api_url}")
         lines.append(f"  nodes:       {state.nodes} x {state.gpus_per_node} nvidia.com/gpu")
         lines.append(f"  memory:      {state.rss_bytes / 2**20:.0f} MiB resident")
-    lines.append(f"  {'COMPONENT':<26}{'PID':>8}  {'STATE':<10}{'RSS':>9}  LOG")
+    lines.append(f"  {'COMPONENT':<26}{'PID':>8}  {'STATE':<10}{'RSS':>9}{'RESTARTS':>10}  LOG")
     for c in state.components:
         if not c.running:
-            health = "stopped"
+            health = "held" if c.held else "stopped"
         elif c.healthy:
             health = "healthy"
         else:
             health = "unhealthy"
         pid = str(c.pid) if c.running and c.pid else "-"
         rss = f"{c.rss_bytes / 2**20:.0f} MiB" if c.running else "-"
-        lines.append(f"  {c.name:<26}{pid:>8}  {health:<10}{rss:>9}  {c.log}")
+        lines.append(f"  {c.name:<26}{pid:>8}  {health:<10}{rss:>9}{c.restarts:>10}  {c.log}")
+    for c in state.components:
+        if c.last_crash is not None:
+            crash = c.last_crash
+            when = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(crash.at))
+            lines.append(f"  last crash of {c.name}: {when}, after {crash.uptime_s:.0f}s up:")
+            lines += [f"    | {line}" for line in crash.log_tail.splitlines()[-5:]]
     if state.up:
         lines.append(f"KUBECONFIG={state.kubeconfig}")
     return "\n".join(lines)

@@ -64,7 +64,9 @@ CONTROL_PLANE_BINARIES: tuple[GoBinary, ...] = (
 #: Controllers of kube-controller-manager the test bed needs (fewer controllers, less memory):
 #: namespaces, garbage collection, service accounts and their tokens, workloads (Jobs and
 #: Deployments for users and operators), Services' endpoints, node health and eviction, RBAC
-#: aggregation (admin/edit/view), the root CA ConfigMap, quotas and disruption budgets.
+#: aggregation (admin/edit/view), the root CA ConfigMap, quotas and disruption budgets, and the
+#: removal of the protection finalizer of deleted PersistentVolumeClaims (a deleted claim stays
+#: Terminating forever without it).
 KCM_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
@@ -86,6 +88,7 @@ KCM_CONTROLLERS = (
     "taint-eviction-controller",
     "resourcequota-controller",
     "disruption-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 
 

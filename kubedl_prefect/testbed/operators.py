@@ -36,7 +36,7 @@ from kubedl_prefect.kube.resources import (
     VOLCANO_QUEUES,
     ResourceKind,
 )
-from kubedl_prefect.testbed.build import GO_ROOT, GoBinary
+from kubedl_prefect.testbed.build import GO_ROOT, GoBinary, SourcePatch
 from kubedl_prefect.testbed.cluster import create_or_update
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
@@ -66,11 +66,29 @@ KUBEDL_BINARY = GoBinary(
     module=GO_ROOT / "kubedl",
     # The manager's main package is the module root of github.com/alibaba/kubedl.
     package="github.com/alibaba/kubedl",
+    patches=(
+        SourcePatch(
+            module="github.com/alibaba/kubedl",
+            file="pkg/metrics/monitor.go",
+            old='fmt.Sprintf(":%s", strconv.Itoa(metricsPort))',
+            new='fmt.Sprintf("127.0.0.1:%s", strconv.Itoa(metricsPort))',
+            reason="--metrics-addr is a bare port, bound on every interface: loopback only",
+        ),
+    ),
 )
 KUBEFLOW_BINARY = GoBinary(
     name="training-operator",
     module=GO_ROOT / "kubeflow",
     package="github.com/kubeflow/training-operator/cmd/training-operator.v1",
+    patches=(
+        SourcePatch(
+            module="github.com/kubeflow/training-operator",
+            file="cmd/training-operator.v1/main.go",
+            old="webhook.NewServer(webhook.Options{\n",
+            new='webhook.NewServer(webhook.Options{\n\t\t\tHost: "127.0.0.1",\n',
+            reason="the webhook server has no host flag and binds every interface: loopback only",
+        ),
+    ),
 )
 VOLCANO_BINARY = GoBinary(
     name="vc-scheduler",
@@ -237,7 +255,7 @@ def kubedl_args(ctx: ComponentContext) -> list[str]:
         f"--max-reconciles={KUBEDL_MAX_RECONCILES}",
         "--enable-leader-election=false",
         f"--controller-metrics-addr={LOOPBACK}:{_port(layout, 'kubedl-controller-metrics')}",
-        # A bare port: KubeDL binds its second metrics registry on all interfaces.
+        # A bare port; the build patches KubeDL to bind it on loopback (KUBEDL_BINARY).
         f"--metrics-addr={_port(layout, 'kubedl-metrics')}",
     ]
 
@@ -286,7 +304,7 @@ def kubeflow_args(ctx: ComponentContext) -> list[str]:
         f"--controller-threads={KUBEFLOW_CONTROLLER_THREADS}",
         f"--metrics-bind-address={LOOPBACK}:{_port(layout, 'kubeflow-metrics')}",
         f"--health-probe-bind-address={LOOPBACK}:{_port(layout, 'kubeflow-probe')}",
-        # The webhook server binds all interfaces on this port; nothing is configured to call it.
+        # On loopback through a build patch (KUBEFLOW_BINARY); nothing is configured to call it.
         f"--webhook-server-port={_port(layout, 'kubeflow-webhook')}",
         f"--webhook-secret-name={KUBEFLOW_WEBHOOK_SECRET}",
         "--zap-devel=false",

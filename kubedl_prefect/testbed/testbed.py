@@ -41,7 +41,7 @@ from typing import Any
 import yaml
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import cluster, content, podlogs, process, restarts
+from kubedl_prefect.testbed import cluster, content, podlogs, process, restarts, supervise
 from kubedl_prefect.testbed import operators as training_operators
 from kubedl_prefect.testbed.build import GoBinary, build_all
 from kubedl_prefect.testbed.components import (
@@ -119,6 +119,9 @@ class ComponentStatus:
         healthy: Its health check answers (``None``: not checked because it is not running).
         rss_bytes: Its resident memory.
         log: Its log file.
+        restarts: How often the supervisor started it again after it exited (operators only).
+        last_crash: Its last exit nobody asked for, if any.
+        held: Stopped on purpose with :meth:`Testbed.stop`.
     """
 
     name: str
@@ -127,6 +130,9 @@ class ComponentStatus:
     healthy: bool | None
     rss_bytes: int
     log: Path
+    restarts: int = 0
+    last_crash: supervise.Crash | None = None
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -254,9 +260,12 @@ class Testbed:
         go_binary()  # fail early and clearly when Go is missing
         with self._locked():
             current = self.status()
-            if current.up:
+            if current.up or self._only_operators_down(current):
                 logger.info("test bed %s is already up", self.name)
+                self._start_operators_not_running(current)
                 self._keep_running(current)
+                if self.operators:
+                    supervise.start(self.layout)
                 return self.kubeconfig
             if not current.stopped:
                 logger.warning("test bed %s is partly running: restarting it", self.name)
@@ -277,8 +286,29 @@ class Testbed:
                 self._stop_all()
                 raise
             self._write_state()
+            if self.operators:
+                supervise.start(self.layout)
             logger.info("test bed %s up in %.1fs", self.name, time.monotonic() - started)
             return self.kubeconfig
+
+    @staticmethod
+    def _only_operators_down(current: TestbedStatus) -> bool:
+        # The control plane runs: operators that crashed (their supervisor is backing off) or
+        # were stopped on purpose are no reason to start the whole test bed over.
+        operators = {c.name for c in training_operators.OPERATOR_COMPONENTS}
+        control_plane = [c for c in current.components if c.name not in operators]
+        return bool(control_plane) and all(c.running and c.healthy for c in control_plane)
+
+    def _start_operators_not_running(self, current: TestbedStatus) -> None:
+        operators = {c.name: c for c in training_operators.OPERATOR_COMPONENTS}
+        down = [c for c in current.components if c.name in operators and not c.running]
+        if not any(not c.held for c in down):
+            return
+        binaries = build_all(training_operators.OPERATOR_BINARIES)
+        for entry in down:
+            if not entry.held:
+                logger.warning("%s of test bed %s is down: starting it", entry.name, self.name)
+                start_component(self.layout, operators[entry.name], binaries)
 
     def _keep_running(self, current: TestbedStatus) -> None:
         """Adjust a running test bed to what was asked of this instance, if anything."""
@@ -315,7 +345,9 @@ class Testbed:
         if with_operators:
             components += training_operators.OPERATOR_COMPONENTS
         entries = []
+        supervised = supervise.load(self.layout)
         for component in components:
+            known = supervised.get(component.name, supervise.Supervised())
             record = process.read(self.layout.pid_file(component.name))
             running = record is not None and process.is_alive(record)
             healthy: bool | None = None
@@ -331,6 +363,9 @@ class Testbed:
                     healthy=healthy,
                     rss_bytes=process.rss_bytes(record) if record and running else 0,
                     log=self.layout.log_file(component.name),
+                    restarts=known.restarts,
+                    last_crash=known.last_crash,
+                    held=known.held,
                 )
             )
         return TestbedStatus(
@@ -441,6 +476,61 @@ class Testbed:
                 timeout=timeout,
                 dependents=dependents,
             )
+
+    def stop(self, component: str) -> None:
+        """Stop one operator cleanly and keep it stopped (its supervisor leaves it alone).
+
+        For tests of what clients see while an operator is down for longer than a restart;
+        :meth:`start` brings it back. Only the supervised components (the operators) can be
+        stopped this way: without the control plane there is no test bed.
+
+        Args:
+            component: ``kubedl-operator``, ``training-operator`` or ``volcano-scheduler``.
+
+        Raises:
+            TestbedError: Not an operator.
+
+        Example:
+            >>> bed = Testbed()  # doctest: +SKIP
+            >>> bed.stop("kubedl-operator")  # doctest: +SKIP
+            >>> bed.start("kubedl-operator")  # doctest: +SKIP
+        """
+        target = self._operator(component)
+        with self._locked():
+            supervise.hold(self.layout, target.name, True)
+            record = process.read(self.layout.pid_file(target.name))
+            if record is not None and process.is_alive(record):
+                process.stop(record)
+            logger.info("stopped %s of test bed %s", target.name, self.name)
+
+    def start(self, component: str, *, timeout: float = 90.0) -> None:
+        """Start an operator stopped with :meth:`stop` (or crashed) and wait until it is ready.
+
+        A no-op when it already runs; either way the supervisor restarts it again after crashes.
+
+        Args:
+            component: An operator's name, as for :meth:`stop`.
+            timeout: How long it may take to become healthy.
+
+        Raises:
+            TestbedError: Not an operator, or it did not become ready (with its log's tail).
+        """
+        target = self._operator(component)
+        with self._locked():
+            record = process.read(self.layout.pid_file(target.name))
+            if record is None or not process.is_alive(record):
+                binaries = build_all(training_operators.OPERATOR_BINARIES)
+                start_component(self.layout, target, binaries, timeout=timeout)
+            supervise.hold(self.layout, target.name, False)
+
+    def _operator(self, component: str) -> Component:
+        known = {c.name: c for c in training_operators.OPERATOR_COMPONENTS}
+        if component not in known:
+            raise TestbedError(
+                f"{component!r} cannot be stopped or started on its own",
+                hint=f"one of: {', '.join(known)}",
+            )
+        return known[component]
 
     def pod_log(
         self, namespace: str, pod: str, container: str = "main", *, timeout: float = 30.0
@@ -590,8 +680,11 @@ class Testbed:
         return digest.hexdigest()
 
     def _stop_all(self) -> None:
-        # Reverse start order: operators and controllers first, the API server (with its
-        # embedded etcd, which it closes after itself) last.
+        # The supervisor first (it would start the operators again), then reverse start order:
+        # operators and controllers first, the API server (with its embedded etcd, which it
+        # closes after itself) last.
+        supervise.stop(self.layout)
+        supervise.state_path(self.layout).unlink(missing_ok=True)
         for component in reversed(self._all_known_components()):
             pid_file = self.layout.pid_file(component.name)
             record = process.read(pid_file)

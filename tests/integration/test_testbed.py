@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -22,6 +24,7 @@ import pytest
 from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import content
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import CONTROL_PLANE_AFTER_CRDS, Testbed
@@ -169,13 +172,13 @@ def _listening_addresses(pid: int) -> set[str]:
     return found
 
 
-def test_control_plane_listens_on_loopback_only(testbed: Testbed) -> None:
-    control_plane = {"kube-apiserver", *(c.name for c in CONTROL_PLANE_AFTER_CRDS)}
+def test_every_component_listens_on_loopback_only(testbed: Testbed) -> None:
+    # Every process of the test bed, operators included (KubeDL's --metrics-addr and the
+    # Kubeflow webhook server bind every interface unless the build patches them).
     seen = {}
     for component in testbed.status().components:
-        if component.name in control_plane:
-            assert component.pid is not None
-            seen[component.name] = _listening_addresses(component.pid)
+        assert component.pid is not None, component
+        seen[component.name] = _listening_addresses(component.pid)
     assert all(seen.values()), seen  # each one listens somewhere
     for name, addresses in seen.items():
         assert all(a.startswith("127.0.0.1:") for a in addresses), (name, addresses)
@@ -754,3 +757,60 @@ async def test_restarting_the_api_server_keeps_objects_and_old_watches_resume_or
             timeout_s=20,
         )
     assert done.status.phase == "Succeeded"
+
+
+# -- the operators' supervisor (these crash and stop shared operators: they come last) ---------
+
+
+def _operator(testbed: Testbed, name: str) -> Any:
+    return next(c for c in testbed.status().components if c.name == name)
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"not {what} after {timeout_s}s"
+        time.sleep(0.2)
+
+
+def test_a_crashed_operator_is_restarted_and_its_crash_shown(testbed: Testbed) -> None:
+    before = _operator(testbed, "kubedl-operator")
+    assert before.running
+    assert before.pid is not None
+    os.kill(before.pid, signal.SIGKILL)  # a crash (the supervisor, not we, starts it again)
+
+    def restarted() -> bool:
+        now = _operator(testbed, "kubedl-operator")
+        return bool(now.running and now.healthy and now.pid != before.pid)
+
+    _wait_until(restarted, 30, "restarted")
+    after = _operator(testbed, "kubedl-operator")
+    assert after.restarts == before.restarts + 1
+    assert after.last_crash is not None
+    assert after.last_crash.at >= time.time() - 60
+
+
+def test_a_stopped_operator_stays_stopped_until_started(testbed: Testbed) -> None:
+    before = _operator(testbed, "training-operator")
+    assert before.running
+    testbed.stop("training-operator")
+    try:
+        time.sleep(4)  # longer than the supervisor's first back-off
+        held = _operator(testbed, "training-operator")
+        assert not held.running
+        assert held.held
+        assert held.restarts == before.restarts
+        assert not testbed.status().up
+        # up() on a test bed whose operator is held keeps the rest as it is.
+        others = {c.name: c.pid for c in testbed.status().components if c.running}
+        Testbed(testbed.name).up()
+        assert {c.name: c.pid for c in testbed.status().components if c.running} == others
+    finally:
+        testbed.start("training-operator")
+    started = _operator(testbed, "training-operator")
+    assert started.running
+    assert started.healthy
+    assert not started.held
+    assert started.restarts == before.restarts
+    with pytest.raises(TestbedError, match="cannot be stopped"):
+        testbed.stop("kube-apiserver")

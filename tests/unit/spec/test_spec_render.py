@@ -11,6 +11,7 @@ from kubedl_prefect.errors import SpecError
 from kubedl_prefect.spec import (
     Dialect,
     RenderOptions,
+    import_manifest,
     job_name,
     load_spec,
     parse_spec,
@@ -78,7 +79,14 @@ def test_run_policy_placement_per_kind() -> None:
         body = render(mpi, dialect)["spec"]
         assert body["runPolicy"]["backoffLimit"] == 2
         assert body["mainContainer"] == "mpi"
-        assert "backoffLimit" not in body
+    # KubeDL v0.5.0 reads an MPIJob's run policy in both places (the reconciler the nested one,
+    # the event handlers the inline legacy pointer, which must not stay nil): both, identical.
+    kubedl_mpi = render(mpi, "kubedl")["spec"]
+    inline = {k: kubedl_mpi[k] for k in kubedl_mpi["runPolicy"]}
+    assert inline == kubedl_mpi["runPolicy"]
+    assert inline["schedulingPolicy"] == {"queue": "q", "priorityClassName": "high"}
+    assert inline["schedulingPolicy"] is not kubedl_mpi["runPolicy"]["schedulingPolicy"]
+    assert "backoffLimit" not in render(mpi, "kubeflow")["spec"]
 
 
 @pytest.mark.parametrize(
@@ -331,3 +339,19 @@ def test_deep_merge_rules() -> None:
         "n": [{"name": "x", "v": 1, "w": 2}, {"name": "y"}],
     }
     assert base == {"a": {"b": 1, "c": 2}, "l": [1, 2], "n": [{"name": "x", "v": 1}]}
+
+
+def test_kubedl_mpijob_imports_back_with_its_inline_copy_and_refuses_a_disagreeing_one() -> None:
+    data = minimal(
+        framework="mpi",
+        replicas={"launcher": 1, "worker": 2},
+        backoffLimit=2,
+        gang={"queue": "q"},
+    )
+    spec = parse_spec(data)
+    manifest = render(spec, "kubedl")
+    assert import_manifest(manifest).spec == spec
+    manifest["spec"]["backoffLimit"] = 5
+    with pytest.raises(SpecError) as caught:
+        import_manifest(manifest)
+    assert paths(caught.value) == ["spec.backoffLimit"]

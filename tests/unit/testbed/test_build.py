@@ -108,3 +108,49 @@ def test_the_shipped_wrapper_modules_are_complete() -> None:
         assert (binary.module / "go.sum").is_file(), binary.module
         if not binary.package.startswith("."):
             assert binary.package in go_mod, f"{binary.package} missing from the tool block"
+
+
+def _patched_pair(tmp_path: Path) -> tuple[GoBinary, build.SourcePatch]:
+    dep = tmp_path / "dep"
+    dep.mkdir()
+    (dep / "go.mod").write_text("module example.local/dep\n\ngo 1.24\n")
+    (dep / "dep.go").write_text('package dep\n\nfunc Where() string { return ":9443" }\n')
+    module = _module(
+        tmp_path / "m",
+        'import "example.local/dep"\n\nfunc main() { println(dep.Where()) }\n',
+    )
+    (module / "go.mod").write_text(
+        "module example.local/hello\n\ngo 1.24\n\nrequire example.local/dep v0.0.0\n\n"
+        f"replace example.local/dep => {dep}\n"
+    )
+    patch = build.SourcePatch(
+        module="example.local/dep",
+        file="dep.go",
+        old='":9443"',
+        new='"127.0.0.1:9443"',
+        reason="loopback only",
+    )
+    return GoBinary("patched", module, ".", patches=(patch,)), patch
+
+
+def test_a_source_patch_changes_the_build_not_the_dependency(cache: Path, tmp_path: Path) -> None:
+    binary, _ = _patched_pair(tmp_path)
+    unpatched = GoBinary("patched", binary.module, ".")
+    assert build.inputs_hash(binary) != build.inputs_hash(unpatched)
+    path = build.build(binary)
+    ran = subprocess.run([path], capture_output=True, text=True, check=True)
+    assert ran.stderr.strip() == "127.0.0.1:9443"
+    assert '":9443"' in (tmp_path / "dep" / "dep.go").read_text()  # the original is untouched
+    log = build.build_log_path(binary).read_text()
+    assert "# patched example.local/dep/dep.go: loopback only" in log
+    assert "-modfile" in log
+
+
+def test_a_source_patch_that_no_longer_applies_fails_loudly(cache: Path, tmp_path: Path) -> None:
+    binary, patch = _patched_pair(tmp_path)
+    stale = build.SourcePatch(patch.module, patch.file, '":8080"', '"x"', "gone upstream")
+    with pytest.raises(TestbedError, match="expects its text once, found it 0 times"):
+        build.build(GoBinary("patched", binary.module, ".", patches=(stale,)))
+    with pytest.raises(TestbedError, match="found it 2 times"):
+        build.apply_patch("a a", build.SourcePatch("m", "f", "a", "c", "r"))
+    assert build.apply_patch("a b", build.SourcePatch("m", "f", "a", "c", "r")) == "c b"
