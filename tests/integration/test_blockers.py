@@ -8,9 +8,10 @@ ClusterRole of deploy/cluster-rbac.yaml, and asserts the category, the object na
 message, that a permanent cause fails the job within 10 s, and that nothing of the job is left
 once the wait gives up.
 
-The test bed cannot stop one operator while others' tests run on it, so "the operator stopped"
-is played by a Kubeflow job handed to a controller that does not run (``runPolicy.managedBy``):
-to the wait it is the same, a job nothing acts on.
+"The operator stopped" is tested twice: with the KubeDL operator really stopped
+(``Testbed.stop``, its supervisor holding it down until ``Testbed.start``), and with a Kubeflow job
+handed to a controller that does not run (``runPolicy.managedBy``): to the wait both are the same,
+a job nothing acts on.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from kubedl_prefect.lifecycle.facts import RESOURCE_QUOTAS
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import TrainingJobSpec, loads_spec
+from kubedl_prefect.testbed.testbed import Testbed
 
 pytestmark = pytest.mark.integration
 
@@ -357,6 +359,28 @@ async def test_a_job_no_operator_acts_on_names_the_controller_and_is_cleaned_up(
     assert unattended
     assert unattended[-1].phase is Phase.CREATED
     assert await left_behind(admin, ref) == []
+
+
+async def test_a_job_of_a_stopped_operator_names_it_and_is_cleaned_up(
+    kubedl: KubernetesBackend,
+    admin: KubeClient,
+    testbed: Testbed,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(blockers, "OPERATOR_GRACE_S", 2.0)
+    spec = gang_spec("no-operator")
+    await asyncio.to_thread(testbed.stop, "kubedl-operator")
+    try:
+        ref = await kubedl.submit(spec, key="no-operator")
+        with pytest.raises(AdmissionTimeoutError) as caught:
+            await kubedl.wait_completed(ref, timeouts=WaitTimeouts(admission_s=6))
+        assert await left_behind(admin, ref) == []
+    finally:
+        await asyncio.to_thread(testbed.start, "kubedl-operator")
+    assert caught.value.blocker == AdmissionBlocker.OPERATOR_NOT_RUNNING.value
+    reason = caught.value.last_reason or ""
+    assert f"PyTorchJob {ref.namespace}/{ref.name}" in reason
+    assert "KubeDL" in reason or "kubedl" in reason
 
 
 async def test_without_the_cluster_reads_the_wait_says_what_it_could_not_check(
