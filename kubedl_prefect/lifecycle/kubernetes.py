@@ -74,7 +74,14 @@ from kubedl_prefect.lifecycle.delivery import delivered
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
 from kubedl_prefect.lifecycle.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.facts import FactReader, operator_missing
-from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord, record_name, record_name_of
+from kubedl_prefect.lifecycle.records import (
+    AttemptRecord,
+    RunRecord,
+    other_spec,
+    record_name,
+    record_name_of,
+    recorded_failure,
+)
 from kubedl_prefect.lifecycle.replicas import ReplicaState, replica_states
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
 from kubedl_prefect.lifecycle.waiting import (
@@ -596,7 +603,7 @@ class KubernetesBackend:
             if ended is None:
                 raise
             if not ended.succeeded:
-                raise _recorded_failure(ref, ended) from None
+                raise recorded_failure(f"{ref.kind} {ref.namespace}/{ref.name}", ended) from None
             return AdmissionState(admitted=True, reason="the attempt ran and ended (recorded)")
 
     async def phases(self, ref: JobRef) -> AsyncIterator[PhaseUpdate]:
@@ -985,26 +992,12 @@ def _gone(ref: JobRef) -> JobCancelledError:
     )
 
 
-def _recorded_failure(ref: JobRef, ended: AttemptRecord) -> JobFailedError:
-    diagnosis = ended.diagnosis
-    summary = diagnosis.summary() if diagnosis is not None else ended.message or ended.reason
-    return JobFailedError(
-        f"{ref.kind} {ref.namespace}/{ref.name} failed (recorded): {summary}",
-        hint=diagnosis.hint if diagnosis is not None else None,
-        retryable=diagnosis.retryable if diagnosis is not None else False,
-        diagnosis=diagnosis,
-        attempts=ref.attempt,
-    )
-
-
 def _other_spec(namespace: str, record: RunRecord, wanted_hash: str) -> AdoptionRefusedError:
-    return AdoptionRefusedError(
-        f"the logical job {record.spec_name!r} (key {record.key!r}) in {namespace} was run from "
-        f"another spec (spec hash {record.spec_hash[:12]}, now {wanted_hash[:12]})",
-        status=409,
-        reason="AlreadyExists",
-        hint=f"a changed spec needs a new key (or delete the ConfigMap "
-        f"{record_name(record.spec_name, record.key)} that records the old runs)",
+    return other_spec(
+        namespace,
+        record,
+        wanted_hash,
+        f"delete the ConfigMap {record_name(record.spec_name, record.key)}",
     )
 
 

@@ -21,7 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from kubedl_prefect.errors import Diagnosis, KubeDLPrefectError
+from kubedl_prefect.errors import (
+    AdoptionRefusedError,
+    Diagnosis,
+    JobFailedError,
+    KubeDLPrefectError,
+)
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.spec import key_hash
 
@@ -222,3 +227,41 @@ def replay_step(record: RunRecord | None, *, max_attempts: int) -> ReplayStep:
     if retryable and latest.attempt < max_attempts:
         return ReplayStep("next", latest.attempt + 1, latest)
     return ReplayStep("failed", latest.attempt, latest)
+
+
+def recorded_failure(job: str, ended: AttemptRecord) -> JobFailedError:
+    """The error that a recorded failed attempt raises again on a replay.
+
+    Args:
+        job: The job as messages name it (``PyTorchJob ml/mnist-...-a1``).
+        ended: The attempt's recorded end.
+    """
+    diagnosis = ended.diagnosis
+    summary = diagnosis.summary() if diagnosis is not None else ended.message or ended.reason
+    return JobFailedError(
+        f"{job} failed (recorded): {summary}",
+        hint=diagnosis.hint if diagnosis is not None else None,
+        retryable=diagnosis.retryable if diagnosis is not None else False,
+        diagnosis=diagnosis,
+        attempts=ended.attempt,
+    )
+
+
+def other_spec(
+    where: str, record: RunRecord, wanted_hash: str, remedy: str
+) -> AdoptionRefusedError:
+    """The refusal of a key whose record was made from another spec.
+
+    Args:
+        where: Where the record is (a namespace, a workspace).
+        record: The record found.
+        wanted_hash: The hash of the spec now asked for.
+        remedy: What removes the old record (``delete the ConfigMap x``).
+    """
+    return AdoptionRefusedError(
+        f"the logical job {record.spec_name!r} (key {record.key!r}) in {where} was run from "
+        f"another spec (spec hash {record.spec_hash[:12]}, now {wanted_hash[:12]})",
+        status=409,
+        reason="AlreadyExists",
+        hint=f"a changed spec needs a new key (or {remedy} that records the old runs)",
+    )

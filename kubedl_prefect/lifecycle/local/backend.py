@@ -94,7 +94,14 @@ from kubedl_prefect.lifecycle.local.state import (
     lost,
     now_rfc3339,
 )
-from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord, record_name, record_name_of
+from kubedl_prefect.lifecycle.records import (
+    AttemptRecord,
+    RunRecord,
+    other_spec,
+    record_name,
+    record_name_of,
+    recorded_failure,
+)
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.lifecycle.waiting import PhaseTracker, admission_timeout, phase_timeout
 from kubedl_prefect.spec import TrainingJobSpec, job_name, spec_hash
@@ -511,7 +518,9 @@ class LocalBackend:
                 if ended is None:
                     raise
                 if not ended.succeeded:
-                    raise _recorded_failure(ref, ended) from None
+                    raise recorded_failure(
+                        f"{ref.kind} {ref.namespace}/{ref.name}", ended
+                    ) from None
                 return AdmissionState(admitted=True, reason="the attempt ran and ended (recorded)")
 
     async def wait_completed(
@@ -924,24 +933,10 @@ def _failed(ref: JobRef, diagnosis: Diagnosis) -> JobFailedError:
     )
 
 
-def _recorded_failure(ref: JobRef, ended: AttemptRecord) -> JobFailedError:
-    diagnosis = ended.diagnosis
-    summary = diagnosis.summary() if diagnosis is not None else ended.message or ended.reason
-    return JobFailedError(
-        f"{ref.kind} {ref.name} failed (recorded): {summary}",
-        hint=diagnosis.hint if diagnosis is not None else None,
-        retryable=diagnosis.retryable if diagnosis is not None else False,
-        diagnosis=diagnosis,
-        attempts=ref.attempt,
-    )
-
-
 def _other_spec(workspace: str, record: RunRecord, wanted: str) -> AdoptionRefusedError:
-    return AdoptionRefusedError(
-        f"the logical job {record.spec_name!r} (key {record.key!r}) in {workspace} was run from "
-        f"another spec (spec hash {record.spec_hash[:12]}, now {wanted[:12]})",
-        status=409,
-        reason="AlreadyExists",
-        hint=f"a changed spec needs a new key (or delete "
-        f"{record_path(workspace, record_name(record.spec_name, record.key))})",
+    return other_spec(
+        workspace,
+        record,
+        wanted,
+        f"delete {record_path(workspace, record_name(record.spec_name, record.key))}",
     )
