@@ -54,6 +54,7 @@ pytestmark = pytest.mark.integration
 DEPLOY = Path(__file__).parents[2] / "deploy"
 STAGE = "testbed.kubedl-prefect.io"
 PERMANENT_WITHIN_S = 10.0
+LEFT_BEHIND_SETTLE_S = 15.0
 ACCOUNT = "least-privilege"
 
 
@@ -137,13 +138,23 @@ async def kubeflow(
 
 
 async def left_behind(admin: KubeClient, ref: JobRef) -> list[str]:
-    """Names of the job, its pods and PodGroups still in its namespace."""
+    """Names of the job, its pods and PodGroups still in its namespace.
+
+    The backend returns once its informers saw them go; an operator reconciling from a stale
+    cache can still create a pod that names the deleted job as its owner, which the garbage
+    collector then removes. So this waits (bounded) for the namespace to settle empty.
+    """
     kind = ResourceKind.of({"apiVersion": ref.api_version, "kind": ref.kind})
-    found = []
-    for listed in (kind, PODS, VOLCANO_PODGROUPS):
-        items = (await admin.list(listed, ref.namespace)).items
-        found += [f"{o['kind']}/{o['metadata']['name']}" for o in items]
-    return found
+    deadline = time.monotonic() + LEFT_BEHIND_SETTLE_S
+    while True:
+        found = []
+        for listed in (kind, PODS, VOLCANO_PODGROUPS):
+            items = (await admin.list(listed, ref.namespace)).items
+            # Items of built-in lists carry no kind of their own.
+            found += [f"{listed.kind}/{o['metadata']['name']}" for o in items]
+        if not found or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.5)
 
 
 async def fails_at_once(

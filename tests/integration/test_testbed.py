@@ -585,6 +585,29 @@ async def open_log(api: client.ApiClient, namespace: str, pod: str, **query: str
     return response
 
 
+async def follow_again(
+    api: client.ApiClient, namespace: str, pod: str, *, lines: int, within_s: float = 60.0
+) -> list[str]:
+    """Follow a pod's log anew and return its first ``lines`` lines, retrying as a follower does.
+
+    Right after kwok restarts, the API server's proxy to it can fail or stall until kwok serves
+    its nodes again; each try is bounded, so a stall is retried instead of hanging the test.
+    """
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            async with asyncio.timeout(15):
+                stream = await open_log(api, namespace, pod, container="main", follow="true")
+                try:
+                    return [await next_line(stream) for _ in range(lines)]
+                finally:
+                    stream.close()
+        except (TimeoutError, aiohttp.ClientError, client.ApiException, AssertionError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
+
+
 async def next_line(response: Any, timeout_s: float = 10.0) -> str:
     async with asyncio.timeout(timeout_s):
         line: bytes = await response.content.readline()
@@ -682,12 +705,10 @@ async def test_restarting_kwok_breaks_followed_logs_which_can_be_followed_again(
         finally:
             stream.close()
         log.write("after the restart")
-        again = await open_log(api, namespace, "resilient", container="main", follow="true")
-        try:
-            assert await next_line(again) == "before the restart\n"
-            assert await next_line(again) == "after the restart\n"
-        finally:
-            again.close()
+        assert await follow_again(api, namespace, "resilient", lines=2) == [
+            "before the restart\n",
+            "after the restart\n",
+        ]
         # kwok took its nodes over at once: a new pod runs without waiting for old leases.
         core = client.CoreV1Api(api)
         await core.create_namespaced_pod(
