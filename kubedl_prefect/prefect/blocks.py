@@ -1,0 +1,556 @@
+"""Prefect blocks: a Kubernetes cluster, and a training job in Prefect's JobBlock shape.
+
+:class:`KubernetesCluster` says how to reach a cluster (one of: the content of a kubeconfig, a
+kubeconfig file and context, the pod's own ServiceAccount, or a server URL with a bearer token)
+and the default namespace. Secrets are :class:`pydantic.SecretStr` fields: Prefect stores them
+encrypted, shows them as ``********`` in the UI and the API, and they reach the Kubernetes layer
+only as :mod:`kubedl_prefect.kube.credentials` objects, whose ``repr`` hides them too.
+
+:class:`TrainingJob` is a :class:`prefect.blocks.abstract.JobBlock`: the spec (inline, or a spec
+file read where the flow runs), the cluster, the operator dialect, the retry policy and the wait
+timeouts. :meth:`TrainingJob.trigger` returns a :class:`~kubedl_prefect.prefect.runs.TrainingJobRun`
+whose reference is plain data, so another process re-attaches to the same job.
+
+Both register with a Prefect server through the ``prefect.collections`` entry point (a
+self-hosted server registers them at start-up) or with
+``prefect block register -m kubedl_prefect.prefect.blocks`` (Prefect Cloud, or a running server).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from prefect.blocks.abstract import JobBlock
+from prefect.blocks.core import Block
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, SecretStr, model_validator
+
+from kubedl_prefect.errors import KubeDLPrefectError
+from kubedl_prefect.lifecycle.backend import TrainingBackend, WaitTimeouts
+from kubedl_prefect.lifecycle.retry import RetryPolicy
+from kubedl_prefect.prefect.results import TrainingResult
+from kubedl_prefect.spec import (
+    Dialect,
+    TrainingJobSpec,
+    load_spec,
+    loads_spec,
+    parse_spec,
+    spec_to_data,
+    validate,
+)
+
+if TYPE_CHECKING:
+    from kubedl_prefect.kube.credentials import Credentials
+    from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
+
+DOCUMENTATION_URL = "https://github.com/kubedl-io/kubedl-prefect/blob/main/docs/prefect.md"
+"""Where the blocks' documentation lives (shown on the block's page in the Prefect UI)."""
+
+LOGO_URL = (
+    "https://cdn.sanity.io/images/3ugk85nk/production/"
+    "2d0b896006ad463b49c28aaac14f31e00e32cfab-250x250.png"
+)
+"""The Kubernetes logo, as Prefect's own Kubernetes blocks show it."""
+
+_PEM = re.compile(r"-----BEGIN CERTIFICATE-----(.*?)-----END CERTIFICATE-----", re.S)
+
+
+def normalize_ca(text: str) -> str:
+    """PEM text from what a form field holds: PEM, PEM whose line breaks were lost, or base64.
+
+    A one-line form field drops the line breaks of pasted PEM, and kubeconfigs carry the CA as
+    base64 (``certificate-authority-data``); both become proper PEM.
+
+    Example:
+        >>> pem = normalize_ca("-----BEGIN CERTIFICATE----- QUJD -----END CERTIFICATE-----")
+        >>> pem.splitlines()
+        ['-----BEGIN CERTIFICATE-----', 'QUJD', '-----END CERTIFICATE-----']
+        >>> normalize_ca(base64.b64encode(pem.encode()).decode()) == pem
+        True
+    """
+    stripped = text.strip()
+    if "-----BEGIN" not in stripped:
+        try:
+            stripped = base64.b64decode(stripped, validate=True).decode("ascii").strip()
+        except (binascii.Error, UnicodeDecodeError) as exc:
+            raise ValueError("the CA certificate is neither PEM nor base64-encoded PEM") from exc
+    blocks = _PEM.findall(stripped)
+    if not blocks:
+        raise ValueError("the CA certificate holds no -----BEGIN CERTIFICATE----- block")
+    out = []
+    for body in blocks:
+        data = "".join(body.split())
+        lines = [data[i : i + 64] for i in range(0, len(data), 64)]
+        out.append("\n".join(["-----BEGIN CERTIFICATE-----", *lines, "-----END CERTIFICATE-----"]))
+    return "\n".join(out) + "\n"
+
+
+class KubernetesCluster(Block):
+    """A Kubernetes cluster that runs training jobs, and how to authenticate to it.
+
+    Give exactly one way in: ``kubeconfig`` (the content of a kubeconfig, kept secret),
+    ``kubeconfig_path`` (a file on the machine where the flow runs; with ``context``),
+    ``in_cluster`` (the ServiceAccount of the pod the flow runs in), or ``server`` + ``token``
+    (a bearer token, kept secret; with ``ca_cert`` or ``ca_file``). With none of them the
+    process's default applies: ``$KUBECONFIG`` or ``~/.kube/config``, else the pod's account.
+
+    Every backend made from blocks with the same credentials shares one client and one watch per
+    kind and namespace in a process, however many tasks use them.
+
+    Example:
+        Save a cluster once, load it by name in flows::
+
+            from kubedl_prefect.prefect import KubernetesCluster
+
+            KubernetesCluster(kubeconfig_path="~/.kube/config", context="gpu", namespace="ml").save(
+                "gpu-cluster", overwrite=True
+            )
+            cluster = KubernetesCluster.load("gpu-cluster")
+            backend = cluster.backend(dialect="kubedl")
+    """
+
+    # Validation errors never quote the input: it may hold the token or the kubeconfig.
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    _block_type_name: ClassVar[str] = "KubeDL Kubernetes Cluster"
+    _block_type_slug: ClassVar[str] = "kubedl-kubernetes-cluster"
+    _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
+    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _description: ClassVar[str] = (
+        "A Kubernetes cluster with the KubeDL or Kubeflow training operator: how to reach it "
+        "(kubeconfig content or file, in-cluster, or a bearer token) and the default namespace."
+    )
+
+    namespace: str = Field(
+        default="default",
+        title="Default namespace",
+        description="Where training jobs run unless a training job block names another.",
+    )
+    kubeconfig: SecretStr | None = Field(
+        default=None,
+        title="Kubeconfig content",
+        description=(
+            "The whole kubeconfig, as YAML or JSON (kept secret). In the UI paste the output of "
+            "`kubectl config view --raw --minify --flatten -o json`: JSON survives a one-line "
+            "field."
+        ),
+    )
+    kubeconfig_path: str | None = Field(
+        default=None,
+        title="Kubeconfig path",
+        description="A kubeconfig file on the machine where the flow runs.",
+    )
+    context: str | None = Field(
+        default=None,
+        title="Context",
+        description="The kubeconfig context to use (default: its current-context).",
+    )
+    in_cluster: bool = Field(
+        default=False,
+        title="In-cluster",
+        description="Use the ServiceAccount of the pod the flow runs in.",
+    )
+    server: str | None = Field(
+        default=None,
+        title="API server URL",
+        description="For token authentication: https://host:port of the API server.",
+    )
+    token: SecretStr | None = Field(
+        default=None,
+        title="Bearer token",
+        description="For token authentication: a ServiceAccount or OIDC token (kept secret).",
+    )
+    ca_cert: str | None = Field(
+        default=None,
+        title="CA certificate",
+        description=(
+            "For token authentication: the API server's CA, as PEM or as base64 "
+            "(certificate-authority-data). Empty: the system's trusted CAs."
+        ),
+    )
+    ca_file: str | None = Field(
+        default=None,
+        title="CA file",
+        description="For token authentication: the CA as a file on the machine of the flow.",
+    )
+    insecure_skip_tls_verify: bool = Field(
+        default=False,
+        title="Skip TLS verification",
+        description="Do not check the server's certificate (test clusters only).",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_in(self) -> KubernetesCluster:
+        ways = [
+            name
+            for name, given in (
+                ("kubeconfig", self.kubeconfig is not None),
+                ("kubeconfig_path", self.kubeconfig_path is not None),
+                ("in_cluster", self.in_cluster),
+                ("token", self.token is not None or self.server is not None),
+            )
+            if given
+        ]
+        if len(ways) > 1:
+            raise ValueError(
+                f"give one way to reach the cluster, not {len(ways)}: {', '.join(ways)}"
+            )
+        if ways == ["token"] and (self.server is None or self.token is None):
+            raise ValueError("token authentication needs both server and token")
+        if self.ca_cert is not None and self.ca_file is not None:
+            raise ValueError("give ca_cert or ca_file, not both")
+        if ways != ["token"] and (self.ca_cert is not None or self.ca_file is not None):
+            raise ValueError("ca_cert and ca_file go with server + token only")
+        if self.ca_cert is not None:
+            self.ca_cert = normalize_ca(self.ca_cert)
+        return self
+
+    @classmethod
+    def from_kubeconfig_file(
+        cls, path: str | Path, *, context: str | None = None, namespace: str = "default"
+    ) -> KubernetesCluster:
+        """A block holding the *content* of a kubeconfig file (kept secret once saved).
+
+        Use it to save a cluster whose flows run on other machines; refer to the file with
+        ``KubernetesCluster(kubeconfig_path=...)`` when they run here.
+        """
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+        return cls(kubeconfig=SecretStr(text), context=context, namespace=namespace)
+
+    def credentials(self) -> Credentials:
+        """The Kubernetes layer's credentials for this block (their ``repr`` hides secrets)."""
+        # Imported here: the Kubernetes client is slow to import, and Prefect imports this module
+        # (its block registry) at the start of every command.
+        from kubedl_prefect.kube.credentials import (
+            BearerToken,
+            InCluster,
+            KubeconfigContent,
+            KubeconfigFile,
+        )
+        from kubedl_prefect.kube.session import default_credentials
+
+        if self.kubeconfig is not None:
+            return KubeconfigContent(self.kubeconfig.get_secret_value(), self.context)
+        if self.in_cluster:
+            return InCluster()
+        if self.token is not None and self.server is not None:
+            return BearerToken(
+                server=self.server,
+                token=self.token.get_secret_value(),
+                ca_cert=self.ca_cert,
+                ca_file=self.ca_file,
+                insecure_skip_tls_verify=self.insecure_skip_tls_verify,
+            )
+        if self.kubeconfig_path is not None or self.context is not None:
+            return KubeconfigFile(self.kubeconfig_path, self.context)
+        return default_credentials()
+
+    def backend(
+        self,
+        *,
+        dialect: Dialect | str = Dialect.KUBEDL,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> TrainingBackend:
+        """A training backend for this cluster (light: backends share the process's session).
+
+        A local twin of this block (the embedded backend) returns its own backend here; the
+        training job block and the tasks only ever call this method.
+
+        Args:
+            dialect: The operator that runs the jobs (``kubedl`` or ``kubeflow``).
+            namespace: Where jobs are submitted (default: :attr:`namespace`).
+            labels: Extra labels on the jobs it creates (the flow run that made them).
+        """
+        from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(
+            namespace=namespace or self.namespace,
+            dialect=dialect,
+            credentials=self.credentials(),
+            labels=labels,
+        )
+
+    def cleanup_reference(self) -> dict[str, Any] | None:
+        """How a clean-up in another process finds this cluster again, without any secret.
+
+        A saved block is found by its document id; an unsaved one only when its credentials
+        hold no secret (a kubeconfig path, in-cluster, the default). ``None`` otherwise.
+        """
+        document_id = getattr(self, "_block_document_id", None)
+        if document_id is not None:
+            return {"blockDocumentId": str(document_id)}
+        if self.kubeconfig is not None or self.token is not None:
+            return None
+        return {
+            "kubeconfigPath": self.kubeconfig_path,
+            "context": self.context,
+            "inCluster": self.in_cluster,
+        }
+
+    @classmethod
+    async def from_cleanup_reference(cls, data: dict[str, Any]) -> KubernetesCluster:
+        """The block a :meth:`cleanup_reference` names (loaded from the server when saved)."""
+        document_id = data.get("blockDocumentId")
+        if document_id:
+            return await cls.aload_from_ref(str(document_id))
+        return cls(
+            kubeconfig_path=data.get("kubeconfigPath"),
+            context=data.get("context"),
+            in_cluster=bool(data.get("inCluster")),
+        )
+
+
+class RetrySettings(BaseModel):
+    """How often and how soon a retryable failure (eviction, preemption...) is run again.
+
+    Example:
+        >>> RetrySettings(max_attempts=2).policy().max_attempts
+        2
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_attempts: int = Field(
+        default=3,
+        ge=1,
+        le=99,
+        title="Attempts",
+        description="Attempts in all, the first included; each is a job of its own.",
+    )
+    backoff_s: float = Field(
+        default=10.0, ge=0, title="First pause (s)", description="Before the second attempt."
+    )
+    backoff_factor: float = Field(
+        default=2.0, ge=1, title="Pause factor", description="Each further pause is this longer."
+    )
+    max_backoff_s: float = Field(default=300.0, ge=0, title="Longest pause (s)")
+
+    def policy(self) -> RetryPolicy:
+        """The lifecycle's :class:`~kubedl_prefect.lifecycle.retry.RetryPolicy`."""
+        return RetryPolicy(
+            max_attempts=self.max_attempts,
+            backoff_s=self.backoff_s,
+            backoff_factor=self.backoff_factor,
+            max_backoff_s=self.max_backoff_s,
+        )
+
+
+class WaitSettings(BaseModel):
+    """Time limits for each waiting phase, in seconds (empty: no limit).
+
+    Example:
+        >>> WaitSettings(admission_s=60).timeouts().admission_s
+        60.0
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    admission_s: float | None = Field(
+        default=600.0,
+        gt=0,
+        title="Admission (s)",
+        description="From submission until every replica is scheduled; the job is deleted then.",
+    )
+    startup_s: float | None = Field(
+        default=600.0, gt=0, title="Start-up (s)", description="From admission until Running."
+    )
+    completion_s: float | None = Field(
+        default=None, gt=0, title="Completion (s)", description="From Running until the end."
+    )
+    cancel_s: float = Field(
+        default=120.0,
+        gt=0,
+        title="Cancellation (s)",
+        description="How long a cancellation waits for pods and PodGroups to be gone.",
+    )
+
+    def timeouts(self) -> WaitTimeouts:
+        """The lifecycle's :class:`~kubedl_prefect.lifecycle.backend.WaitTimeouts`."""
+        return WaitTimeouts(
+            admission_s=self.admission_s,
+            startup_s=self.startup_s,
+            completion_s=self.completion_s,
+            cancel_s=self.cancel_s,
+        )
+
+
+class TrainingJob(JobBlock[TrainingResult]):
+    """A distributed training job: the spec, the cluster, the operator, retries and timeouts.
+
+    The spec is given inline (``spec``: the spec's fields, as in its YAML file; a
+    :class:`~kubedl_prefect.spec.TrainingJobSpec` is accepted too) or as ``spec_file``, read on
+    the machine where the flow runs. It is validated for the dialect when the block is made.
+
+    :meth:`trigger` submits the job (or adopts it: the same key never makes a second job) and
+    returns a run; its ``wait_for_completion()`` follows the job through admission and every
+    attempt, with events, artifacts and labelled logs of every replica in the Prefect run.
+
+    Example:
+        In an async flow::
+
+            from prefect import flow
+            from kubedl_prefect.prefect import KubernetesCluster, TrainingJob
+
+            @flow
+            async def train() -> None:
+                job = TrainingJob.from_spec_file(
+                    "examples/pytorch-mnist.yaml", cluster=KubernetesCluster(namespace="ml")
+                )
+                run = await job.trigger()
+                await run.wait_for_completion()
+                result = await run.fetch_result()
+                print(result.phase, result.attempts)
+
+        Sync flows use ``job.trigger_sync()``, whose run has the same methods, blocking.
+    """
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    _block_type_name: ClassVar[str] = "KubeDL Training Job"
+    _block_type_slug: ClassVar[str] = "kubedl-training-job"
+    _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
+    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _description: ClassVar[str] = (
+        "A distributed training job (PyTorch, TensorFlow, MPI, XGBoost) run by the KubeDL or "
+        "Kubeflow operator: gang admission, watched phases, classified retries, adoption."
+    )
+
+    spec: dict[str, Any] | None = Field(
+        default=None,
+        title="Spec",
+        description="The training-job spec's fields, as in its YAML file (name, image, replicas).",
+    )
+    spec_file: str | None = Field(
+        default=None,
+        title="Spec file",
+        description="Or: a spec YAML file, read on the machine where the flow runs.",
+    )
+    cluster: KubernetesCluster = Field(
+        default_factory=KubernetesCluster,
+        title="Cluster",
+        description="Where the job runs.",
+    )
+    dialect: Literal["kubedl", "kubeflow"] = Field(
+        default="kubedl",
+        title="Operator",
+        description="kubedl (training.kubedl.io) or kubeflow (kubeflow.org training operator).",
+    )
+    namespace: str | None = Field(
+        default=None,
+        title="Namespace",
+        description="Where the job runs (default: the cluster's default namespace).",
+    )
+    key: str | None = Field(
+        default=None,
+        title="Key",
+        description=(
+            "The idempotency key: the same key adopts the same job, never a second one. Default: "
+            "the flow run's id and the task's name, stable across retries of either."
+        ),
+    )
+    retry: RetrySettings = Field(default_factory=RetrySettings, title="Retries")
+    timeouts: WaitSettings = Field(default_factory=WaitSettings, title="Time limits")
+    stream_logs: bool = Field(
+        default=True,
+        title="Stream logs",
+        description="Forward every replica's log lines to the Prefect run, labelled worker-1...",
+    )
+    log_lines_per_second: float = Field(
+        default=20.0,
+        gt=0,
+        title="Log lines per second, per replica",
+        description="Beyond this (after a burst) lines are held back and counted, not sent.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _spec_as_data(cls, values: Any) -> Any:
+        if isinstance(values, dict) and isinstance(values.get("spec"), TrainingJobSpec):
+            values = {**values, "spec": spec_to_data(values["spec"])}
+        return values
+
+    @model_validator(mode="after")
+    def _check_spec(self) -> TrainingJob:
+        if (self.spec is None) == (self.spec_file is None):
+            raise ValueError("give the spec inline (spec) or as a file (spec_file), one of them")
+        if self.spec is not None:
+            validate(parse_spec(self.spec, source="the block's spec"), self.dialect)
+        return self
+
+    @classmethod
+    def from_spec_file(cls, path: str | Path, *, inline: bool = True, **fields: Any) -> TrainingJob:
+        """A block from a spec file: its content inline (default), or a reference to the file.
+
+        Args:
+            path: The spec YAML file.
+            inline: Keep the spec's fields in the block (saved with it), rather than the path.
+            **fields: The block's other fields (``cluster``, ``dialect``...).
+        """
+        if inline:
+            return cls(spec=spec_to_data(load_spec(path)), **fields)
+        return cls(spec_file=str(path), **fields)
+
+    def training_spec(self) -> TrainingJobSpec:
+        """The typed spec (read from :attr:`spec_file` when that is how it was given).
+
+        Raises:
+            SpecError: The spec or the file is invalid, with every problem's field and fix.
+        """
+        if self.spec is not None:
+            return parse_spec(self.spec, source="the block's spec")
+        assert self.spec_file is not None
+        path = Path(self.spec_file).expanduser()
+        return load_spec(path) if path.exists() else loads_spec(path.read_text())
+
+    def resolved_namespace(self) -> str:
+        """The namespace jobs run in: this block's, else its cluster's default."""
+        return self.namespace or self.cluster.namespace
+
+    async def trigger(self, key: str | None = None) -> TrainingJobRun:
+        """Submit (or adopt) the job's next attempt and return a handle on the run.
+
+        A logical job that a record says has ended already (the same key ran before) is not
+        submitted again: the handle returns the recorded result.
+
+        Args:
+            key: The idempotency key (default: :attr:`key`, else the flow run's id and the
+                task's name).
+
+        Raises:
+            SpecError: The spec is invalid for the dialect (nothing was sent).
+            AdoptionRefusedError: The key was used for another spec.
+            KubeDLPrefectError: No key was given outside a Prefect run.
+        """
+        from kubedl_prefect.prefect.runs import TrainingJobRun
+
+        return await TrainingJobRun.start(self, key=key)
+
+    def trigger_sync(self, key: str | None = None) -> SyncTrainingJobRun:
+        """Blocking :meth:`trigger` for sync flows; the run's methods block too."""
+        from kubedl_prefect.prefect.runs import SyncTrainingJobRun
+
+        return SyncTrainingJobRun.start(self, key=key)
+
+    async def attach(self, data: dict[str, Any] | str) -> TrainingJobRun:
+        """Re-attach to a run saved with ``run.to_dict()`` (from any process, after a crash)."""
+        from kubedl_prefect.prefect.runs import TrainingJobRun
+
+        return await TrainingJobRun.attach(self, data)
+
+
+def as_training_job(job: TrainingJob | str) -> TrainingJob:
+    """A training job block from itself or from the name it was saved under."""
+    if isinstance(job, TrainingJob):
+        return job
+    if isinstance(job, str):
+        loaded = TrainingJob.load(job)
+        assert isinstance(loaded, TrainingJob)
+        return loaded
+    raise KubeDLPrefectError(
+        f"not a training job block: {type(job).__name__}",
+        hint="pass a TrainingJob block or the name it was saved under",
+    )

@@ -1,0 +1,222 @@
+"""What a training run tells Prefect while it runs: events, artifacts and log lines.
+
+One :class:`JobReporter` per run ties the lifecycle's callbacks to the Prefect surface: each phase
+change becomes an event (:mod:`.events`), feeds the timeline (:mod:`.results`) and refreshes the
+replica table (:mod:`.artifacts`); each log line moves the progress bar when it reports progress
+and goes to the run's log, labelled and rate-limited (:mod:`.logs`). Callbacks run on the
+lifecycle's callback threads, inside the captured run context (:class:`.context.RunContext`);
+anything that fails in them is logged as a warning and never reaches the watch or the job.
+
+:attr:`JobReporter.calls` counts what was sent to the Prefect API (events, artifact requests, log
+lines), for the benchmark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from kubedl_prefect.errors import Diagnosis
+from kubedl_prefect.kube.runtime import KubeRuntime
+from kubedl_prefect.lifecycle.backend import JobRef, LogLine, PhaseUpdate, TrainingBackend
+from kubedl_prefect.lifecycle.replicas import ReplicaState
+from kubedl_prefect.lifecycle.status import Phase
+from kubedl_prefect.prefect.artifacts import ArtifactWriter, parse_progress
+from kubedl_prefect.prefect.context import RunContext
+from kubedl_prefect.prefect.events import JobEvent, emit, job_event, phase_event
+from kubedl_prefect.prefect.logs import DEFAULT_BURST, DEFAULT_RATE, LogForwarder
+from kubedl_prefect.prefect.results import Timeline, TrainingResult
+
+logger = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class ReplicaSource(Protocol):
+    """A backend that can list a job's replicas (the Kubernetes backend can)."""
+
+    async def replicas(self, ref: JobRef) -> tuple[ReplicaState, ...]:
+        """The job's pods now."""
+        ...
+
+
+@dataclass
+class PrefectCalls:
+    """What one run sent to the Prefect API."""
+
+    events: int = 0
+    artifact_requests: int = 0
+    log_lines: int = 0
+    log_lines_held: int = 0
+
+
+class JobReporter:
+    """Reports one training run to Prefect.
+
+    Args:
+        ctx: The Prefect run the job belongs to.
+        backend: The backend that runs the job (asked for replicas, if it can list them).
+        record_name: ``<spec name>-<key hash>``: the artifacts' key stem.
+        stream_logs: Whether log lines go to the run's log.
+        log_rate: Lines a second per replica after ``log_burst``.
+        log_burst: Lines a replica may send at once.
+    """
+
+    def __init__(
+        self,
+        ctx: RunContext,
+        backend: TrainingBackend,
+        record_name: str,
+        *,
+        stream_logs: bool = True,
+        log_rate: float = DEFAULT_RATE,
+        log_burst: int = DEFAULT_BURST,
+    ):
+        self.ctx = ctx
+        self.backend = backend
+        self.stream_logs = stream_logs
+        self.timeline = Timeline()
+        self.artifacts = ArtifactWriter(record_name, ctx.flow_run_id, ctx.task_run_id)
+        self.forwarder = LogForwarder(ctx.logger, rate=log_rate, burst=log_burst)
+        self.ref: JobRef | None = None
+        self.calls = PrefectCalls()
+        self._progressed = False
+        self._told: tuple[str, str, str] | None = None
+        self._admitted: set[str] = set()
+        self.last_line_at = 0.0
+        """When the last log line arrived (monotonic clock)."""
+
+    # -- what the run calls ----------------------------------------------------------------
+
+    def attempt(self, ref: JobRef) -> None:
+        """An attempt was submitted or adopted (called on the run's own loop)."""
+        self.ref = ref
+        self.timeline.submitted(ref)
+        self._safely(
+            "the created event",
+            self._emit,
+            job_event(ref, JobEvent.CREATED, related=self.ctx.related()),
+        )
+        self.ctx.logger.info(
+            "training job %s/%s (attempt %d) submitted", ref.namespace, ref.name, ref.attempt
+        )
+
+    def on_phase(self) -> Callable[[PhaseUpdate], None]:
+        """A phase callback for the lifecycle, bound to the run's context."""
+        return self.ctx.bind(self._phase)
+
+    def on_line(self) -> Callable[[LogLine], None]:
+        """A log callback for the lifecycle, bound to the run's context."""
+        return self.ctx.bind(self._line)
+
+    def cancelled(self, ref: JobRef, reason: str) -> None:
+        """The job was cancelled (deleted by us, or under us)."""
+        self._safely(
+            "the cancelled event",
+            self._emit,
+            job_event(ref, JobEvent.CANCELLED, reason=reason, related=self.ctx.related()),
+        )
+
+    def finished(self, result: TrainingResult, diagnosis: Diagnosis | None = None) -> None:
+        """The run ended: the progress at 100%, held-back log counts, the summary artifact."""
+
+        def finish() -> None:
+            # The replica table was refreshed by the terminal phase change already.
+            if self._progressed and result.succeeded:
+                self._safely("the progress artifact", self._progress_done)
+            self.forwarder.flush()
+            self._safely("the summary artifact", self._summary, result)
+            self.artifacts.close()
+            self.calls.log_lines = self.forwarder.sent_total
+            self.calls.log_lines_held = self.forwarder.held_total
+
+        self.ctx.call(finish)
+
+    # -- on callback threads ---------------------------------------------------------------
+
+    def _phase(self, update: PhaseUpdate) -> None:
+        ref = self.ref
+        if ref is None:
+            return
+        self.timeline.observe(update)
+        self._safely("the replica table", self._refresh_replicas, ref)
+        # Replica counts change often within a phase: the table shows them; events and log
+        # lines tell a new phase (or, while queued, a new reason) once.
+        reason = (
+            update.admission.reason if update.phase == Phase.QUEUING and update.admission else ""
+        )
+        told = (ref.uid, update.phase, reason)
+        if told == self._told:
+            return
+        self._told = told
+        started = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED)
+        if update.phase == Phase.ADMITTED:
+            self._admitted.add(ref.uid)
+        elif update.phase in started and ref.uid not in self._admitted:
+            # The wait first saw the job past admission (it was admitted before anyone
+            # looked): admission is still a milestone automations wait for.
+            self._admitted.add(ref.uid)
+            admitted = job_event(ref, JobEvent.ADMITTED, update=update, related=self.ctx.related())
+            admitted.payload["phase"] = str(Phase.ADMITTED)
+            self._safely("the admitted event", self._emit, admitted)
+        event = phase_event(ref, update, self.ctx.related())
+        if event is not None:
+            self._safely(f"the {event.event} event", self._emit, event)
+        if update.phase.terminal:
+            level = logging.INFO if update.phase == "Succeeded" else logging.WARNING
+            self.ctx.logger.log(level, "training job %s: %s", ref.name, update.phase)
+        elif update.admission is not None and not update.admission.admitted:
+            self.ctx.logger.info("training job %s queued: %s", ref.name, update.admission.reason)
+        else:
+            self.ctx.logger.info("training job %s: %s", ref.name, update.phase)
+
+    def _line(self, line: LogLine) -> None:
+        self.last_line_at = time.monotonic()
+        progress = parse_progress(line.text)
+        if progress is not None and self.ref is not None:
+            self._progressed = True
+            before = self.artifacts.requests
+            self._safely("the progress artifact", self.artifacts.progress, progress, self.ref.name)
+            self.calls.artifact_requests += self.artifacts.requests - before
+        if self.stream_logs:
+            self.forwarder(line)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _emit(self, event: object) -> None:
+        from kubedl_prefect.prefect.events import EventSpec
+
+        assert isinstance(event, EventSpec)
+        if emit(event):
+            self.calls.events += 1
+
+    def _refresh_replicas(self, ref: JobRef) -> None:
+        if not isinstance(self.backend, ReplicaSource):
+            return
+        states = KubeRuntime.get().run_sync(self.backend.replicas(ref))
+        before = self.artifacts.requests
+        self.artifacts.replicas(states, ref.name)
+        self.calls.artifact_requests += self.artifacts.requests - before
+
+    def _progress_done(self) -> None:
+        from kubedl_prefect.prefect.artifacts import Progress
+
+        if self.ref is not None:
+            before = self.artifacts.requests
+            self.artifacts.progress(Progress(1.0, 1.0), self.ref.name)
+            self.calls.artifact_requests += self.artifacts.requests - before
+
+    def _summary(self, result: TrainingResult) -> None:
+        before = self.artifacts.requests
+        self.artifacts.summary(result)
+        self.calls.artifact_requests += self.artifacts.requests - before
+
+    def _safely(self, what: str, function: Callable[..., object], *args: object) -> None:
+        try:
+            function(*args)
+        except Exception as exc:
+            self.ctx.logger.warning(
+                "kubedl-prefect could not update %s: %s: %s", what, type(exc).__name__, exc
+            )

@@ -1,0 +1,306 @@
+"""Prefect tasks for training jobs, each with an async twin named with an ``a`` in front.
+
+Sync flows call ``run_training_job(...)``, async flows ``await arun_training_job(...)``: the same
+task, the same arguments and result, one implementation (:mod:`.runs`, :mod:`.sync`). No
+``asyncio.run`` in user code, no Prefect private helpers.
+
+========================================  ==========================================
+sync                                      async
+========================================  ==========================================
+:func:`validate_training_job`             :func:`avalidate_training_job`
+:func:`render_training_job`               :func:`arender_training_job`
+:func:`submit_training_job`               :func:`asubmit_training_job`
+:func:`wait_for_admission`                :func:`await_for_admission`
+:func:`wait_for_completion`               :func:`await_for_completion`
+:func:`run_training_job`                  :func:`arun_training_job`
+:func:`cancel_training_job`               :func:`acancel_training_job`
+========================================  ==========================================
+
+Every task takes the :class:`~kubedl_prefect.prefect.blocks.TrainingJob` block (or the name it
+was saved under). The key defaults to the block's, else the flow run's id and the task run's
+name, which the task's retries and a re-run of the same flow run keep: the same key adopts the
+job it made, never a second one. A Prefect retry of a task therefore continues the logical job
+where its record says — N allowed attempts make at most N jobs, all with the same checkpoint
+location. Tasks retry (twice, by default) only what is retryable: a lost connection to the API
+server, a broken watch; a failed job has used its attempts already and is not retried.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.schemas.objects import State, TaskRun
+from prefect.tasks import Task
+
+from kubedl_prefect.errors import KubeDLPrefectError
+from kubedl_prefect.lifecycle.admission import AdmissionState
+from kubedl_prefect.prefect.blocks import TrainingJob, as_training_job
+from kubedl_prefect.prefect.cleanup import remember_for_rollback, rollback_training_job
+from kubedl_prefect.prefect.results import TrainingResult
+from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
+from kubedl_prefect.spec import render, spec_to_data, validate
+
+SavedRun = dict[str, Any]
+"""A run as plain data: ``TrainingJobRun.to_dict()`` (spec name, key and the job's reference)."""
+
+
+def retry_if_retryable(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:
+    """``retry_condition_fn`` of the tasks: retry only errors whose ``retryable`` flag is set.
+
+    Example:
+        >>> from prefect.states import Failed
+        >>> from kubedl_prefect.errors import KubeConnectionError, SpecError
+        >>> retry_if_retryable(None, None, Failed(data=KubeConnectionError("down")))
+        True
+        >>> retry_if_retryable(None, None, Failed(data=SpecError([])))
+        False
+    """
+    error = getattr(state, "data", None)
+    return isinstance(error, KubeDLPrefectError) and error.retryable
+
+
+_TASK_OPTIONS: dict[str, Any] = {
+    "cache_policy": NO_CACHE,
+    "retries": 2,
+    "retry_delay_seconds": [5, 30],
+    "retry_condition_fn": retry_if_retryable,
+}
+
+
+async def _job(job: TrainingJob | str) -> TrainingJob:
+    if isinstance(job, str):
+        return await TrainingJob.aload(job)
+    return as_training_job(job)
+
+
+# -- validate and render ------------------------------------------------------------------
+
+
+@task(name="validate-training-job", cache_policy=NO_CACHE)
+def validate_training_job(job: TrainingJob | str) -> dict[str, Any]:
+    """Check the job's spec for its operator; return the spec's fields.
+
+    Raises:
+        SpecError: Every problem, with its field path and fix.
+    """
+    block = as_training_job(job)
+    spec = block.training_spec()
+    validate(spec, block.dialect)
+    return spec_to_data(spec)
+
+
+@task(name="validate-training-job", cache_policy=NO_CACHE)
+async def avalidate_training_job(job: TrainingJob | str) -> dict[str, Any]:
+    """Async :func:`validate_training_job`."""
+    block = await _job(job)
+    spec = block.training_spec()
+    validate(spec, block.dialect)
+    return spec_to_data(spec)
+
+
+def _manifest(block: TrainingJob, key: str | None) -> dict[str, Any]:
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+
+    spec = block.training_spec()
+    backend = block.cluster.backend(dialect=block.dialect, namespace=block.resolved_namespace())
+    if isinstance(backend, KubernetesBackend):
+        return backend.manifest(spec, key=key or block.key or "render", attempt=1)
+    return dict(render(spec, block.dialect))
+
+
+@task(name="render-training-job", cache_policy=NO_CACHE)
+def render_training_job(job: TrainingJob | str, key: str | None = None) -> dict[str, Any]:
+    """The custom resource the job's first attempt would be (nothing is sent).
+
+    Args:
+        job: The block (or its name).
+        key: The key to render the name for (default: the block's, else ``render``).
+    """
+    return _manifest(as_training_job(job), key)
+
+
+@task(name="render-training-job", cache_policy=NO_CACHE)
+async def arender_training_job(job: TrainingJob | str, key: str | None = None) -> dict[str, Any]:
+    """Async :func:`render_training_job`."""
+    return _manifest(await _job(job), key)
+
+
+# -- submit and wait -------------------------------------------------------------------------
+
+
+@task(name="submit-training-job", **_TASK_OPTIONS)
+def submit_training_job(job: TrainingJob | str, key: str | None = None) -> SavedRun:
+    """Submit (or adopt) the job; return the run as plain data for the wait tasks.
+
+    Example:
+        ::
+
+            @flow
+            def train() -> None:
+                run = submit_training_job("mnist")
+                wait_for_admission("mnist", run)
+                result = wait_for_completion("mnist", run)
+    """
+    run = SyncTrainingJobRun.start(as_training_job(job), key=key)
+    try:
+        return run.to_dict()
+    finally:
+        run.close()
+
+
+@task(name="submit-training-job", **_TASK_OPTIONS)
+async def asubmit_training_job(job: TrainingJob | str, key: str | None = None) -> SavedRun:
+    """Async :func:`submit_training_job`."""
+    run = await TrainingJobRun.start(await _job(job), key=key)
+    try:
+        return run.to_dict()
+    finally:
+        await run.close()
+
+
+def _admission(state: AdmissionState) -> dict[str, Any]:
+    return {
+        "admitted": state.admitted,
+        "scheduled": state.scheduled,
+        "expected": state.expected,
+        "reason": state.reason,
+    }
+
+
+@task(name="wait-for-admission", **_TASK_OPTIONS)
+def wait_for_admission(
+    job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """Wait until every replica is scheduled together; return the admission state.
+
+    Raises:
+        AdmissionTimeoutError: Not admitted in time (the job is deleted), with the reason.
+    """
+    handle = SyncTrainingJobRun.attach(as_training_job(job), run)
+    try:
+        return _admission(handle.wait_for_admission(timeout_s))
+    finally:
+        handle.close()
+
+
+@task(name="wait-for-admission", **_TASK_OPTIONS)
+async def await_for_admission(
+    job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
+) -> dict[str, Any]:
+    """Async :func:`wait_for_admission`."""
+    handle = await TrainingJobRun.attach(await _job(job), run)
+    try:
+        return _admission(await handle.wait_for_admission(timeout_s))
+    finally:
+        await handle.close()
+
+
+@task(name="wait-for-completion", **_TASK_OPTIONS)
+def wait_for_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
+    """Follow a submitted job through every attempt to its end; return the result.
+
+    Raises:
+        JobFailedError: A permanent failure or retryable ones past the attempts (diagnosed).
+    """
+    handle = SyncTrainingJobRun.attach(as_training_job(job), run)
+    try:
+        handle.wait_for_completion()
+        return handle.fetch_result()
+    finally:
+        handle.close()
+
+
+@task(name="wait-for-completion", **_TASK_OPTIONS)
+async def await_for_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
+    """Async :func:`wait_for_completion`."""
+    handle = await TrainingJobRun.attach(await _job(job), run)
+    try:
+        await handle.wait_for_completion()
+        return await handle.fetch_result()
+    finally:
+        await handle.close()
+
+
+# -- the whole thing -------------------------------------------------------------------------
+
+
+@task(name="run-training-job", **_TASK_OPTIONS)
+def run_training_job(
+    job: TrainingJob | str, key: str | None = None, rollback: bool = False
+) -> TrainingResult:
+    """Submit or adopt the job and follow it to the end, with classified retries.
+
+    Args:
+        job: The block (or the name it was saved under).
+        key: The idempotency key (default: the block's, else flow run id + task run name).
+        rollback: Inside a ``transaction()``, delete the job when a later step fails.
+
+    Returns:
+        The result: phase, attempts and why, time queued and running, checkpoint, commands.
+
+    Raises:
+        JobFailedError: A permanent failure, or retryable ones past the attempts; its message
+            (the task's state message) carries the diagnosis.
+
+    Example:
+        ::
+
+            from prefect import flow
+            from kubedl_prefect.prefect import CLEANUP_HOOKS, run_training_job
+
+            @flow(**CLEANUP_HOOKS)
+            def nightly() -> None:
+                result = run_training_job("mnist")
+                print(result.phase, result.checkpoint)
+    """
+    block = as_training_job(job)
+    handle = SyncTrainingJobRun.start(block, key=key)
+    try:
+        if rollback:
+            remember_for_rollback(block, handle.ref)
+        handle.wait_for_completion()
+        return handle.fetch_result()
+    finally:
+        handle.close()
+
+
+@task(name="run-training-job", **_TASK_OPTIONS)
+async def arun_training_job(
+    job: TrainingJob | str, key: str | None = None, rollback: bool = False
+) -> TrainingResult:
+    """Async :func:`run_training_job`."""
+    block = await _job(job)
+    handle = await TrainingJobRun.start(block, key=key)
+    try:
+        if rollback:
+            remember_for_rollback(block, handle.ref)
+        await handle.wait_for_completion()
+        return await handle.fetch_result()
+    finally:
+        await handle.close()
+
+
+@task(name="cancel-training-job", **_TASK_OPTIONS)
+def cancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
+    """Delete the run's job and wait until its pods and PodGroups are gone (idempotent)."""
+    handle = SyncTrainingJobRun.from_saved(as_training_job(job), run)
+    try:
+        handle.cancel()
+    finally:
+        handle.close()
+
+
+@task(name="cancel-training-job", **_TASK_OPTIONS)
+async def acancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
+    """Async :func:`cancel_training_job`."""
+    handle = TrainingJobRun.from_saved(await _job(job), run)
+    try:
+        await handle.cancel()
+    finally:
+        await handle.close()
+
+
+run_training_job.on_rollback(rollback_training_job)
+arun_training_job.on_rollback(rollback_training_job)
