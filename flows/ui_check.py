@@ -1,0 +1,599 @@
+"""The UI check: a real Prefect server, a training flow on the test bed, the UI in Chromium.
+
+It starts ``prefect server start`` (not the test harness) with a ``PREFECT_HOME`` of its own,
+saves the test bed's blocks, runs the training flow against the test bed (its replicas print
+labelled lines and the training's progress), then opens the flow-run page, the training-job
+block's form and the event feed in headless Chromium (Debian's ``chromium`` package) and saves
+screenshots under ``docs/images/``::
+
+    uv run python flows/ui_check.py            # screenshots into docs/images/
+
+The browser test (tests/integration/test_prefect_ui.py) uses the same functions and checks
+what the pages show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+IMAGES = ROOT / "docs" / "images"
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-gpu",
+    "--hide-scrollbars",
+)
+
+
+@dataclass
+class PrefectServer:
+    """A ``prefect server start`` process and the environment that points clients at it."""
+
+    process: subprocess.Popen[bytes]
+    url: str
+    env: dict[str, str]
+
+    @property
+    def api_url(self) -> str:
+        """The REST API's URL."""
+        return f"{self.url}/api"
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def prefect_server(home: Path, *, timeout_s: float = 120.0) -> Iterator[PrefectServer]:
+    """Start a real Prefect server (its own process group), stop it on exit."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"{url}/api",
+        "PREFECT_UI_API_URL": f"{url}/api",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_SHOW_PROMOTIONAL_CONTENT": "false",
+        "PYTHONPATH": str(ROOT),
+    }
+    log = (home / "server.log").open("wb")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/api/health", timeout=2) as answer:
+                    if answer.status == 200:
+                        break
+            except OSError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    "the Prefect server did not start:\n"
+                    + (home / "server.log").read_text(errors="replace")[-3000:]
+                )
+            time.sleep(0.5)
+        yield PrefectServer(process, url, env)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
+        log.close()
+
+
+def chromium() -> str:
+    """The Chromium binary (Debian's package).
+
+    Raises:
+        RuntimeError: It is not installed.
+    """
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        raise RuntimeError("Chromium is missing: apt-get install chromium")
+    return found
+
+
+def screenshot(url: str, path: Path, *, width: int = 1400, height: int = 1100) -> None:
+    """Save a PNG of ``url`` once its scripts have run."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [
+            chromium(),
+            *CHROMIUM_FLAGS,
+            f"--window-size={width},{height}",
+            "--virtual-time-budget=20000",
+            f"--screenshot={path}",
+            url,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+
+
+def page_text(url: str) -> str:
+    """The DOM of ``url`` once its scripts have run (what a reader of the page sees, and more)."""
+    done = subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, "--virtual-time-budget=20000", "--dump-dom", url],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        text=True,
+    )
+    return done.stdout
+
+
+class Browser:
+    """Headless Chromium driven over the DevTools protocol (a page, clicks, text, screenshots).
+
+    Args:
+        width: The window's width in pixels.
+        height: Its height.
+    """
+
+    def __init__(self, width: int = 1400, height: int = 1100):
+        self.width, self.height = width, height
+        self.port = free_port()
+        self.profile = tempfile.TemporaryDirectory(prefix="kubedl-prefect-chromium-")
+        self.process = subprocess.Popen(
+            [
+                chromium(),
+                *CHROMIUM_FLAGS,
+                f"--window-size={width},{height}",
+                f"--remote-debugging-port={self.port}",
+                f"--user-data-dir={self.profile.name}",
+                "about:blank",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self._ids = 0
+        self._session: Any = None
+        self._socket: Any = None
+
+    async def __aenter__(self) -> Browser:
+        import aiohttp
+
+        deadline = time.monotonic() + 60
+        self._session = aiohttp.ClientSession()
+        while True:
+            try:
+                async with self._session.get(f"http://127.0.0.1:{self.port}/json/list") as answer:
+                    targets = await answer.json()
+                page = next(t for t in targets if t.get("type") == "page")
+                break
+            except (aiohttp.ClientError, StopIteration):
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    raise RuntimeError("Chromium did not open its DevTools port") from None
+                await asyncio.sleep(0.3)
+        self._socket = await self._session.ws_connect(page["webSocketDebuggerUrl"], max_msg_size=0)
+        await self.call("Page.enable")
+        await self.call(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._socket is not None:
+            await self._socket.close()
+        if self._session is not None:
+            await self._session.close()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=20)
+        self.profile.cleanup()
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One DevTools command; its result."""
+        self._ids += 1
+        ident = self._ids
+        await self._socket.send_json({"id": ident, "method": method, "params": params or {}})
+        while True:
+            message = await self._socket.receive_json(timeout=60)
+            if message.get("id") == ident:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                result: dict[str, Any] = message.get("result", {})
+                return result
+
+    async def evaluate(self, expression: str) -> Any:
+        """The value of a JavaScript expression in the page."""
+        result = await self.call(
+            "Runtime.evaluate",
+            {"expression": expression, "returnByValue": True, "awaitPromise": True},
+        )
+        return result.get("result", {}).get("value")
+
+    async def open(self, url: str) -> None:
+        """Navigate to ``url``."""
+        await self.call("Page.navigate", {"url": url})
+
+    async def text(self) -> str:
+        """What the page shows, as text."""
+        return str(await self.evaluate("document.body ? document.body.innerText : ''") or "")
+
+    async def wait_for_text(self, *needles: str, timeout_s: float = 30.0) -> str:
+        """Wait until the page shows every one of ``needles``; return its text.
+
+        Raises:
+            TimeoutError: Some did not show up in time (the message says which, and the text).
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = await self.text()
+            missing = [n for n in needles if n not in text]
+            if not missing:
+                return text
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the page never showed {missing}; it shows:\n{text[:3000]}")
+            await asyncio.sleep(0.5)
+
+    async def click_text(self, label: str) -> None:
+        """Click the innermost element whose own text is ``label`` (a tab, a button)."""
+        found = await self.evaluate(
+            "(() => { const all = [...document.querySelectorAll("
+            "'button, a, [role=tab], li, span, div')]; const hit = all.reverse().find("
+            f"e => e.innerText && e.innerText.trim() === {json.dumps(label)});"
+            " if (!hit) return false; hit.click(); return true; })()"
+        )
+        if not found:
+            raise RuntimeError(f"nothing to click labelled {label!r}")
+
+    async def click_at(self, x: float, y: float) -> None:
+        """A mouse click at page coordinates."""
+        for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
+            await self.call(
+                "Input.dispatchMouseEvent",
+                {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
+            )
+
+    async def screenshot(self, path: Path) -> bytes:
+        """Save a PNG of what the page shows now; return its bytes."""
+        import base64
+
+        shot = await self.call("Page.captureScreenshot", {"format": "png"})
+        data = base64.b64decode(shot["data"])
+        await asyncio.to_thread(_write, path, data)
+        return data
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+
+
+RUN_SCRIPT = """
+import json, sys
+from prefect import flow
+from kubedl_prefect.prefect import CLEANUP_HOOKS, KubernetesCluster, TrainingJob, run_training_job
+from kubedl_prefect.spec import load_spec
+
+cluster = KubernetesCluster(kubeconfig_path=sys.argv[1], namespace=sys.argv[2])
+cluster.save("testbed", overwrite=True)
+job = TrainingJob(spec=load_spec(sys.argv[3]), cluster=KubernetesCluster.load("testbed"))
+job.save("pytorch-mnist", overwrite=True)
+
+@flow(name="train", **CLEANUP_HOOKS)
+def train():
+    return run_training_job("pytorch-mnist", key=sys.argv[4])
+
+state = train(return_state=True)
+print("FLOW_RUN", state.state_details.flow_run_id, state.type.value, flush=True)
+"""
+
+
+def run_training(
+    server: PrefectServer, namespace: str, work: Path, *, run_duration: str | None = None
+) -> str:
+    """Run the training flow on the test bed against ``server``; return the flow run's id.
+
+    The replicas print greetings and the training's progress (``{"step": .., "total": ..}``).
+    ``run_duration`` replaces how long the test bed's replicas run (``5s``).
+    """
+    from kubedl_prefect.spec import dump_spec, job_name, load_spec, parse_spec, spec_to_data
+    from kubedl_prefect.testbed.testbed import Testbed
+
+    testbed = Testbed(os.environ.get("KUBEDL_PREFECT_TESTBED", "default"))
+    spec_file = ROOT / "flows" / "specs" / "testbed-mnist.yaml"
+    if run_duration is not None:
+        data = spec_to_data(load_spec(spec_file))
+        data["annotations"] = {
+            **data.get("annotations", {}),
+            "testbed.kubedl-prefect.io/run-duration": run_duration,
+        }
+        spec_file = work / "spec.yaml"
+        spec_file.write_text(dump_spec(parse_spec(data)))
+    key = f"ui-check-{uuid.uuid4().hex[:6]}"
+    name = job_name(load_spec(spec_file).name, key, 1)
+    for replica in ("master-0", "worker-0", "worker-1"):
+        log = testbed.pod_log(namespace, f"{name}-{replica}", "pytorch")
+        log.write(f"rank {replica}: dataset ready, 60000 images", f"{replica}: NCCL init done")
+    testbed.pod_log(namespace, f"{name}-master-0", "pytorch").write(
+        *(
+            json.dumps({"step": step, "total": 300, "epoch": 1 + step // 100, "loss": 2.3 / step})
+            for step in (30, 90, 150, 210, 270)
+        )
+    )
+    script = work / "run_training.py"
+    script.write_text(RUN_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script), str(testbed.kubeconfig), namespace, str(spec_file), key],
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    line = next((x for x in done.stdout.splitlines() if x.startswith("FLOW_RUN ")), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(
+            f"the training flow failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+        )
+    _, flow_run_id, state = line.split()
+    if state != "COMPLETED":
+        raise RuntimeError(f"the training flow ended {state}:\n{done.stdout[-3000:]}")
+    return flow_run_id
+
+
+def api(server: PrefectServer, method: str, path: str, body: Any = None) -> Any:
+    """One request to the server's REST API."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"{server.api_url}{path}",
+        data=data,
+        method=method,
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return json.loads(answer.read() or b"null")
+
+
+def wait_for_event(
+    server: PrefectServer, flow_run_id: str, name: str, timeout_s: float = 60
+) -> None:
+    """Wait until the server has stored event ``name`` of the flow run (events arrive late).
+
+    Raises:
+        TimeoutError: It did not arrive in time.
+    """
+    deadline = time.monotonic() + timeout_s
+    body = {
+        "filter": {
+            "event": {"name": [name]},
+            "related": {"id": [f"prefect.flow-run.{flow_run_id}"]},
+        },
+        "limit": 1,
+    }
+    while time.monotonic() < deadline:
+        if api(server, "POST", "/events/filter", body)["events"]:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"event {name} of flow run {flow_run_id} never reached the server")
+
+
+def _is_task_bar(pixel: tuple[int, int, int]) -> bool:
+    red, green, blue = pixel
+    return green > 150 and red < 100 and blue < 140
+
+
+def _is_event_marker(pixel: tuple[int, int, int]) -> bool:
+    red, green, blue = pixel
+    return blue > 180 and red > 100 and green < 110
+
+
+def graph_targets(png: bytes) -> tuple[list[int], list[tuple[int, int]], int]:
+    """Where the run graph of a screenshot draws things: artifact badges and event markers.
+
+    Returns:
+        The x of each artifact badge (on the row above the task's bar), the (x, y) of each
+        cluster of event markers (along the bottom axis), and the badges' row.
+    """
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    width, height = image.size
+    top = next(
+        (
+            y
+            for y in range(80, min(height, 600))
+            if any(_is_task_bar(image.getpixel((x, y))) for x in range(260, width // 2))
+        ),
+        None,
+    )
+    badges: list[int] = []
+    row = (top - 14) if top is not None else 0
+    if top is not None:
+        # A badge is a run of its grey background (text glyphs interrupt it briefly).
+        start: int | None = None
+        last = -100
+        for x in range(260, width - 10):
+            red, green, blue = image.getpixel((x, row))
+            if max(red, green, blue) < 46:  # the graph's background, between badges
+                continue
+            if x - last > 2:
+                if start is not None and last - start >= 60:
+                    badges.append(start + 12)
+                start = x
+            last = x
+        if start is not None and last - start >= 60:
+            badges.append(start + 12)
+    markers: list[tuple[int, int]] = []
+    for y in range(100, min(height, 600)):
+        for x in range(260, width - 10):
+            if _is_event_marker(image.getpixel((x, y))) and not any(
+                abs(x - mx) < 20 and abs(y - my) < 20 for mx, my in markers
+            ):
+                markers.append((x + 3, y + 3))
+    return badges, markers, row
+
+
+@dataclass
+class FlowRunPage:
+    """What the flow-run page showed: the text of each panel opened on it."""
+
+    page: str
+    badges: list[int]
+    markers: list[tuple[int, int]]
+    events: list[str]
+    artifacts: list[str]
+    artifacts_tab: str
+
+
+async def look_at_flow_run(
+    server: PrefectServer, flow_run_id: str, images: Path | None = None
+) -> FlowRunPage:
+    """Open the flow-run page, click its event markers and artifacts; screenshots to ``images``."""
+
+    def shot(name: str) -> Path:
+        return (images or Path(tempfile.gettempdir())) / f"prefect-{name}.png"
+
+    await asyncio.to_thread(wait_for_event, server, flow_run_id, "kubedl.training-job.succeeded")
+    async with Browser() as browser:
+        await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
+        page = await browser.wait_for_text("Completed", "Artifacts", "run-training-job")
+        await asyncio.sleep(3)  # the graph draws its events and artifacts
+        png = await browser.screenshot(shot("flow-run"))
+        badges, markers, row = graph_targets(png)
+        url = f"{server.url}/runs/flow-run/{flow_run_id}"
+
+        async def reopen() -> None:
+            # A fresh page for each panel: clicks on a graph with a panel open toggle it.
+            await browser.open(url)
+            await browser.wait_for_text("Completed", "run-training-job")
+            await asyncio.sleep(2.5)
+
+        events: list[str] = []
+        for x, y in markers:
+            await reopen()
+            before = await browser.text()
+            await browser.click_at(x, y)
+            await asyncio.sleep(1.5)
+            text = await browser.text()
+            events.append(text.replace(before, "", 1) if before in text else text)
+            if "kubedl.training-job." in text:  # the last such panel: the run's end
+                await browser.screenshot(shot("flow-run-events"))
+        artifacts: list[str] = []
+        for x in badges[:3]:
+            await reopen()
+            await browser.click_at(x, row)
+            await asyncio.sleep(1.5)
+            text = await browser.text()
+            artifacts.append(text)
+            opened = re.search(r"-(replicas|progress|summary)\s*\nDescription", text)
+            if opened is not None:
+                await browser.screenshot(shot(f"flow-run-{opened.group(1)}"))
+        await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
+        await browser.wait_for_text("Artifacts")
+        await asyncio.sleep(1)
+        await browser.click_text("Artifacts")
+        tab = await browser.wait_for_text("TABLE", "PROGRESS", "MARKDOWN")
+        await browser.screenshot(shot("flow-run-artifacts"))
+    return FlowRunPage(page, badges, markers, events, artifacts, tab)
+
+
+async def look_at_blocks_and_events(
+    server: PrefectServer, flow_run_id: str, images: Path | None = None
+) -> dict[str, str]:
+    """Open the training-job block's form, a new cluster block's form and the event feed."""
+    from kubedl_prefect.prefect.events import JobEvent
+
+    documents = api(
+        server,
+        "POST",
+        "/block_documents/filter",
+        {"block_types": {"slug": {"any_": ["kubedl-training-job"]}}, "limit": 1},
+    )
+    events = "&".join(f"events={e.event_name}" for e in JobEvent)
+    urls = {
+        "block-form": f"{server.url}/blocks/block/{documents[0]['id']}/edit",
+        "cluster-form": f"{server.url}/blocks/catalog/kubedl-kubernetes-cluster/create",
+        "event-feed": f"{server.url}/events?resource=prefect.flow-run.{flow_run_id}&{events}",
+    }
+    texts: dict[str, str] = {}
+    async with Browser(height=1300) as browser:
+        for name, url in urls.items():
+            await browser.open(url)
+            await asyncio.sleep(4)
+            texts[name] = await browser.text()
+            await browser.screenshot(
+                (images or Path(tempfile.gettempdir())) / f"prefect-{name}.png"
+            )
+    return texts
+
+
+def main() -> None:
+    """Run the check and save the screenshots under docs/images/."""
+    from kubedl_prefect.testbed.testbed import Testbed
+
+    testbed = Testbed(os.environ.get("KUBEDL_PREFECT_TESTBED", "default"))
+    namespace = f"ui-check-{uuid.uuid4().hex[:6]}"
+    testbed.create_namespace(namespace, labels={"kubedl-prefect.io/test": "true"})
+    try:
+        with tempfile.TemporaryDirectory(prefix="kubedl-prefect-ui-") as work:
+            home = Path(work)
+            with prefect_server(home) as server:
+                flow_run_id = run_training(server, namespace, home)
+                seen = asyncio.run(look_at_flow_run(server, flow_run_id, IMAGES))
+                asyncio.run(look_at_blocks_and_events(server, flow_run_id, IMAGES))
+                print(f"graph: artifact badges at x={seen.badges}, event markers {seen.markers}")
+                for text in seen.artifacts:
+                    print("artifact panel:", text[-300:].replace("\n", " | "))
+                for image in sorted(IMAGES.glob("prefect-*.png")):
+                    print(f"saved {image.relative_to(ROOT)}")
+    finally:
+        testbed.delete_namespace(namespace)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The production deployment: its work-pool job template renders to a Job the API server accepts,
+and the deployments of flows/prefect.yaml name flows and parameters that exist."""
+
+from __future__ import annotations
+
+import inspect
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prefect.flows import load_flow_from_entrypoint
+from prefect.utilities.templating import apply_values
+
+from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.resources import ResourceKind
+from kubedl_prefect.kube.runtime import KubeRuntime
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).parents[2]
+TEMPLATE = ROOT / "deploy" / "prefect-work-pool.json"
+PREFECT_YAML = ROOT / "flows" / "prefect.yaml"
+JOBS = ResourceKind("batch", "v1", "Job", "jobs")
+
+
+def production_deployment() -> dict[str, Any]:
+    deployments = yaml.safe_load(PREFECT_YAML.read_text())["deployments"]
+    return next(d for d in deployments if d["name"] == "nightly-production")
+
+
+def rendered_job(namespace: str) -> dict[str, Any]:
+    """The Job a Kubernetes worker would create for the production deployment's flow run."""
+    template = json.loads(TEMPLATE.read_text())
+    variables = {
+        name: schema["default"]
+        for name, schema in template["variables"]["properties"].items()
+        if "default" in schema
+    }
+    values = {
+        **variables,
+        **production_deployment()["work_pool"]["job_variables"],
+        "namespace": namespace,
+        "name": "nightly-production-abc12",
+        "command": "prefect flow-run execute",
+    }
+    configuration = apply_values(template["job_configuration"], values)
+    manifest: dict[str, Any] = configuration["job_manifest"]
+    # As the Kubernetes worker does: the environment becomes the container's env list.
+    container = manifest["spec"]["template"]["spec"]["containers"][0]
+    container["env"] = [{"name": k, "value": v} for k, v in configuration["env"].items()]
+    container["args"] = configuration["command"].split()
+    return manifest
+
+
+def test_the_job_template_renders_a_job_the_api_server_accepts(
+    namespace: str, admin_kubeconfig: Path
+) -> None:
+    manifest = rendered_job(namespace)
+    pod = manifest["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "kubedl-prefect"  # the ServiceAccount of deploy/rbac.yaml
+    assert pod["automountServiceAccountToken"] is True  # in-cluster credentials
+    assert manifest["metadata"]["namespace"] == namespace
+    assert pod["containers"][0]["image"] == "ghcr.io/example/kubedl-prefect-flows:0.1.0"
+    assert {"name": "KUBEDL_PREFECT_PROJECT_DIR", "value": "/opt/flows"} in pod["containers"][0][
+        "env"
+    ]
+    assert "{{" not in json.dumps(manifest)
+
+    async def dry_run() -> dict[str, Any]:
+        client = await KubeClient.from_kubeconfig(str(admin_kubeconfig))
+        try:
+            return await client.create(JOBS, namespace, manifest, dry_run=True)
+        finally:
+            await client.close()
+
+    accepted = KubeRuntime.get().run_sync(dry_run())
+    assert accepted["kind"] == "Job"
+    assert accepted["spec"]["template"]["spec"]["serviceAccountName"] == "kubedl-prefect"
+
+
+def test_the_deployments_name_existing_flows_and_their_parameters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from prefect.client.schemas.schedules import CronSchedule
+
+    monkeypatch.chdir(ROOT)
+    for deployment in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]:
+        flow = load_flow_from_entrypoint(deployment["entrypoint"])
+        accepted = set(inspect.signature(flow.fn).parameters)
+        assert set(deployment["parameters"]) <= accepted, deployment["name"]
+        for schedule in deployment["schedules"]:
+            CronSchedule(cron=schedule["cron"], timezone=schedule["timezone"])
+        assert flow.on_cancellation_hooks
+        assert flow.on_crashed_hooks
+    nightly = next(
+        d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"] if d["name"] == "nightly"
+    )
+    assert (ROOT / nightly["parameters"]["spec"]).exists()
