@@ -322,8 +322,14 @@ def rerun_section() -> str:
 
 
 def write_docs(rows: Sequence[dict[str, Any]], meta: dict[str, Any]) -> None:
-    """Rewrite ``docs/benchmarks.md``."""
-    DOCS.write_text(render(rows, meta) + rerun_section())
+    """Rewrite ``docs/benchmarks.md``, keeping the sections other benchmarks generate."""
+    kept = ""
+    if DOCS.exists():
+        text = DOCS.read_text()
+        start = text.find("<!-- section: ")
+        if start >= 0:
+            kept = "\n" + text[start:]
+    DOCS.write_text(render(rows, meta) + rerun_section() + kept)
 
 
 def main() -> int:
