@@ -10,6 +10,7 @@ stages (annotations) and print what ``pod_log`` writes.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import gc
 import json
 import os
@@ -44,7 +45,7 @@ from prefect.settings import (
     PREFECT_SERVER_ANALYTICS_ENABLED,
     temporary_settings,
 )
-from prefect.states import Cancelling
+from prefect.states import Cancelling, Scheduled
 from prefect.testing.utilities import prefect_test_harness
 from prefect.transactions import transaction
 from pydantic import SecretStr
@@ -529,7 +530,66 @@ def test_cancelling_a_deployment_flow_run_deletes_its_jobs_and_no_other(
         other_run.close()
 
 
-def run_deployment(name: str, parameters: dict[str, Any]) -> UUID:
+def test_two_runs_of_one_schedule_slot_train_once(
+    prefect_server: dict[str, str],
+    cluster: KubernetesCluster,
+    kubeconfig: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    # A duplicate run of a slot (a second scheduler, a manual re-run of the slot) adopts the job.
+    cluster_name = f"slot-{namespace}"[:60]
+    cluster.save(cluster_name, overwrite=True)
+    spec_file = tmp_path / "spec.yaml"
+    spec_file.write_text(spec_yaml(run_duration="4s", workers=1))
+    slot = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    key = f"slot-test@{slot:%Y-%m-%dT%H:%M:%SZ}"
+    runner_log = (tmp_path / "runner.log").open("w")
+    runner = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from flows.training import retrain; retrain.serve(name='slot-test', limit=4)",
+        ],
+        cwd=ROOT,
+        env=prefect_server,
+        stdout=runner_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        parameters = {"spec": str(spec_file), "cluster": cluster_name}
+        runs = [
+            run_deployment("retrain/slot-test", parameters, scheduled_time=slot) for _ in range(2)
+        ]
+        states = [wait_for_final_state(run, timeout_s=180) for run in runs]
+        assert all(s.is_completed() for s in states), [(s.type, s.message) for s in states]
+        for run in runs:
+            messages = asyncio.run(wait_for_logs(run, [f"(key {key})"]))
+            assert any(f"(key {key})" in m for m in messages), messages[-20:]
+        jobs = cluster_objects(namespace, job_kind_of("kubedl"), kubeconfig)
+        assert [j["metadata"]["name"] for j in jobs] == [job_name("mnist", key, 1)]
+    finally:
+        os.killpg(runner.pid, signal.SIGTERM)
+        runner.wait(timeout=30)
+        runner_log.close()
+        print((tmp_path / "runner.log").read_text()[-5000:])
+
+
+def wait_for_final_state(flow_run_id: UUID, *, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = asyncio.run(read_flow_run(flow_run_id)).state
+        if state is not None and state.is_final():
+            return state
+        if time.monotonic() > deadline:
+            pytest.fail(f"flow run {flow_run_id} still {state} after {timeout_s:g}s")
+        time.sleep(1.0)
+
+
+def run_deployment(
+    name: str, parameters: dict[str, Any], *, scheduled_time: dt.datetime | None = None
+) -> UUID:
     async def create() -> UUID:
         deadline = time.monotonic() + 90
         async with get_client() as client:
@@ -541,7 +601,10 @@ def run_deployment(name: str, parameters: dict[str, Any]) -> UUID:
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.5)
-            run = await client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
+            state = Scheduled(scheduled_time=scheduled_time) if scheduled_time else None
+            run = await client.create_flow_run_from_deployment(
+                deployment.id, parameters=parameters, state=state
+            )
             return run.id
 
     return asyncio.run(create())
