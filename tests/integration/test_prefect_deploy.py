@@ -1,16 +1,23 @@
-"""The production deployment: its work-pool job template renders to a Job the API server accepts,
-and the deployments of flows/prefect.yaml name flows and parameters that exist."""
+"""The deployments of flows/prefect.yaml: ``prefect deploy`` creates them on a real Prefect server
+with their schedules, the production work pool's job template renders to a Job the API server
+accepts, and every deployment names a flow and parameters that exist."""
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prefect.client.orchestration import get_client
 from prefect.flows import load_flow_from_entrypoint
+from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+from prefect.testing.utilities import prefect_test_harness
 from prefect.utilities.templating import apply_values
 
 from kubedl_prefect.kube.client import KubeClient
@@ -23,6 +30,7 @@ ROOT = Path(__file__).parents[2]
 TEMPLATE = ROOT / "deploy" / "prefect-work-pool.json"
 PREFECT_YAML = ROOT / "flows" / "prefect.yaml"
 JOBS = ResourceKind("batch", "v1", "Job", "jobs")
+NIGHTLY = ["--name", "nightly"]
 
 
 def production_deployment() -> dict[str, Any]:
@@ -98,3 +106,42 @@ def test_the_deployments_name_existing_flows_and_their_parameters(
         d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"] if d["name"] == "nightly"
     )
     assert (ROOT / nightly["parameters"]["spec"]).exists()
+
+
+def test_prefect_deploy_creates_the_nightly_deployment_with_its_schedule(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    with (
+        temporary_settings(updates={PREFECT_HOME: str(home)}),
+        prefect_test_harness(server_startup_timeout=120),
+    ):
+        env = {
+            **os.environ,
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            "PREFECT_HOME": str(home),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "KUBEDL_PREFECT_PROJECT_DIR": str(ROOT),
+        }
+        # The commands of the tutorial (docs/tutorial.md), as a newcomer types them.
+        for command in (
+            ["prefect", "work-pool", "create", "local", "--type", "process"],
+            ["prefect", "--no-prompt", "deploy", "--prefect-file", str(PREFECT_YAML), *NIGHTLY],
+        ):
+            done = subprocess.run(
+                command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+            )
+            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+        async def read() -> Any:
+            async with get_client() as client:
+                return await client.read_deployment_by_name("retrain/nightly")
+
+        deployment = asyncio.run(read())
+    assert deployment.entrypoint == "flows/training.py:retrain"
+    assert deployment.work_pool_name == "local"
+    assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in deployment.schedules] == [
+        ("0 2 * * *", "UTC", True)
+    ]
+    assert deployment.parameters["cluster"] == "testbed"
+    assert deployment.pull_steps == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": str(ROOT)}}
+    ]
