@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 _EXPORTS: dict[str, str] = {
     "InferenceServiceSpec": "kubedl_prefect.serving.spec",
+    "Canary": "kubedl_prefect.serving.spec",
     "ServingResources": "kubedl_prefect.serving.spec",
     "ModelLink": "kubedl_prefect.serving.spec",
     "DeploymentMode": "kubedl_prefect.serving.spec",
@@ -37,6 +38,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "Canary",
     "DeploymentMode",
     "InferenceServiceDeployer",
     "InferenceServiceEvent",
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from kubedl_prefect.serving.readiness import Readiness, ServingState, readiness
     from kubedl_prefect.serving.render import render_inference_service
     from kubedl_prefect.serving.spec import (
+        Canary,
         DeploymentMode,
         InferenceServiceSpec,
         ModelLink,

@@ -495,6 +495,9 @@ _HINTS: Final = MappingProxyType(
         "compatibility (ModelRegistry.check_compatible) and the storage credentials",
         "ImagePullError": "the runtime's image cannot be pulled: check the image and pull secret",
         "CrashLoopBackOff": "read the predictor pod's log: the model server exits while loading",
+        "RollingOut": "the new spec's pods did not become Ready while the old ones kept serving "
+        "(KServe reports Ready from them): the message gives the pods' reason, such as more "
+        "GPUs than any node has",
     }
 )
 

@@ -9,8 +9,15 @@ Read from the InferenceService and its pods (labelled ``serving.kserve.io/infere
   for a reason that does not pass (a failed revision, an exceeded progress deadline, a reconcile
   error), or a pod cannot start at all (image pull, container configuration, crash loop);
 - **ready**: the ``Ready`` condition is True (it aggregates ``PredictorReady`` and
-  ``IngressReady``) and the model status does not contradict it;
-- **pending** otherwise, with the most telling reason (a condition's, a pod's).
+  ``IngressReady``), the model status agrees (its target state ``Loaded``, its transition
+  ``UpToDate``, when KServe reports one), and the rollout is over: every pod of the current
+  predictor (the pods carrying the spec's ``predictor.labels``) is Ready, and one at least;
+- **pending** otherwise, with the most telling reason (a condition's, the model status', a
+  pod's).
+
+The rollout check matters in Standard mode: KServe derives ``PredictorReady`` from the
+Deployment's ``Available`` condition, which stays True while a new ReplicaSet rolls out next to
+the old one, so ``Ready`` is True before a single pod of the new spec runs.
 
 A status must be about the spec we applied. ``status.observedGeneration`` cannot tell: KServe copies
 it from the predictor's Deployment. So :class:`Applied` remembers the generation and
@@ -165,6 +172,51 @@ def _pod_reason(pods: Sequence[KubeObject]) -> tuple[str, str] | None:
     return None
 
 
+def _model_not_loaded(isvc: KubeObject) -> tuple[str, str] | None:
+    """Why the model status says the model of the spec is not loaded yet, if it says so."""
+    model = (isvc.get("status") or {}).get("modelStatus") or {}
+    target = str((model.get("states") or {}).get("targetModelState") or "")
+    transition = str(model.get("transitionStatus") or "")
+    if target and target != "Loaded":
+        return f"Model{target}", f"the model is {target} (modelStatus.states.targetModelState)"
+    if transition and transition != "UpToDate":
+        return transition, f"the model status is {transition} (modelStatus.transitionStatus)"
+    return None
+
+
+def _is_ready(pod: KubeObject) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _rollout(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | None:
+    """Why the current predictor's pods are not all Ready yet, if they are not.
+
+    Pods of the current spec carry its ``predictor.labels`` (KServe copies them to the pod
+    template); pods being deleted do not count. Without pods to look at (``[]``), nothing is
+    said.
+    """
+    if not pods:
+        return None
+    wanted = ((isvc.get("spec") or {}).get("predictor") or {}).get("labels") or {}
+    current = [
+        p
+        for p in pods
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+        and all(
+            ((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items()
+        )
+    ]
+    ready = sum(1 for p in current if _is_ready(p))
+    if current and ready == len(current):
+        return None
+    message = f"{ready} of {len(current)} pods of the current predictor are Ready"
+    why = _pod_reason([p for p in current if not _is_ready(p)])
+    if why is not None:
+        message += f" ({why[0]}: {why[1]})" if why[1] else f" ({why[0]})"
+    return "RollingOut", message
+
+
 def _runtime(isvc: KubeObject) -> str | None:
     status = isvc.get("status") or {}
     name = status.get("clusterServingRuntimeName") or status.get("servingRuntimeName")
@@ -174,7 +226,14 @@ def _runtime(isvc: KubeObject) -> str | None:
 def readiness(
     isvc: KubeObject, pods: Sequence[KubeObject], applied: Applied | None = None
 ) -> Readiness:
-    """The state of ``isvc`` (with its ``pods``) for the spec ``applied`` produced."""
+    """The state of ``isvc`` (with its ``pods``) for the spec ``applied`` produced.
+
+    Args:
+        isvc: The InferenceService as read.
+        pods: Its pods (label ``serving.kserve.io/inferenceservice``); ``[]`` when they were not
+            read, which skips the rollout check.
+        applied: What our apply answered; ``None`` trusts the status whatever spec it is for.
+    """
     metadata = isvc.get("metadata") or {}
     status = isvc.get("status") or {}
     url = str(status["url"]) if status.get("url") else None
@@ -202,6 +261,9 @@ def readiness(
     if failure is not None:
         return Readiness(ServingState.FAILED, failure[0], failure[1], url, runtime)
     if ready.get("status") == "True":
+        waiting = _model_not_loaded(isvc) or _rollout(isvc, pods)
+        if waiting is not None:
+            return Readiness(ServingState.PENDING, waiting[0], waiting[1], url, runtime)
         return Readiness(
             ServingState.READY, "Ready", f"serving at {url or '(no URL)'}", url, runtime
         )

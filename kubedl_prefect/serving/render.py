@@ -12,7 +12,7 @@ manifests are checked). Beyond the user's settings it carries:
   changes or deletes a service.
 
 Example:
-    >>> from kubedl_prefect.serving.spec import InferenceServiceSpec
+    >>> from kubedl_prefect.serving.spec import Canary, InferenceServiceSpec
     >>> manifest = render_inference_service(InferenceServiceSpec(
     ...     name="fraud", namespace="ml", storage_uri="s3://ml/3/models/m-ab/artifacts"))
     >>> manifest["spec"]["predictor"]["model"]["modelFormat"], manifest["metadata"]["annotations"]
@@ -23,16 +23,20 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from typing import Final
 
 from kubedl_prefect.kube.resources import INFERENCE_SERVICES, KubeObject
-from kubedl_prefect.serving.spec import InferenceServiceSpec
+from kubedl_prefect.serving.spec import Canary, InferenceServiceSpec
 from kubedl_prefect.spec.types import GPU_RESOURCE
 
 DEPLOYMENT_MODE_ANNOTATION: Final = "serving.kserve.io/deploymentMode"
 """KServe's annotation choosing the deployment mode."""
 ISVC_POD_LABEL: Final = "serving.kserve.io/inferenceservice"
 """The label KServe puts on an InferenceService's pods (value: its name)."""
+
+KSERVE_CONTAINER: Final = "kserve-container"
+"""The name KServe gives the model server's container."""
 
 LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "kubedl-prefect"
@@ -106,28 +110,54 @@ def _resources(service: InferenceServiceSpec) -> KubeObject:
     return {"limits": dict(amounts), "requests": dict(amounts)} if amounts else {}
 
 
-def render_inference_service(
-    service: InferenceServiceSpec, *, namespace: str | None = None
-) -> KubeObject:
-    """The InferenceService manifest for ``service`` (in ``namespace`` unless it names one).
-
-    Raises:
-        InferenceServiceSpecError: ``service`` has problems (all of them are listed).
-    """
-    service.check()
+def _model(service: InferenceServiceSpec, storage_uri: str) -> KubeObject:
     model: KubeObject = {"modelFormat": {"name": service.model_format}}
     if service.model_format_version is not None:
         model["modelFormat"]["version"] = service.model_format_version
     model["protocolVersion"] = service.protocol.value
     if service.runtime is not None:
         model["runtime"] = service.runtime
-    model["storageUri"] = service.storage_uri
+    model["storageUri"] = storage_uri
     resources = _resources(service)
     if resources:
         model["resources"] = resources
     if service.env:
         model["env"] = [{"name": name, "value": value} for name, value in service.env.items()]
+    return model
 
+
+def _canary(service: InferenceServiceSpec, canary: Canary) -> KubeObject:
+    """KServe's ``spec.canary[]`` entry: the stable predictor with the candidate's model.
+
+    KServe merges the entry's predictor over the stable one, so it names only what differs:
+    the model (whole, for clarity) and the lineage labels of the candidate's pods.
+    """
+    labels = lineage_labels(replace(service, link=canary.link or service.link))
+    # The entry's schema requires the model's container name; KServe names it so anyway.
+    model = {"name": KSERVE_CONTAINER, **_model(service, canary.storage_uri)}
+    return {
+        "predictor": {
+            "name": canary.name,
+            "model": model,
+            "labels": labels,
+        },
+        "trafficPercent": canary.traffic_percent,
+    }
+
+
+def render_inference_service(
+    service: InferenceServiceSpec, *, namespace: str | None = None
+) -> KubeObject:
+    """The InferenceService manifest for ``service`` (in ``namespace`` unless it names one).
+
+    A Standard-mode :class:`~.spec.Canary` becomes KServe's ``spec.canary`` (one entry);
+    Knative's ``canary_traffic_percent`` becomes ``predictor.canaryTrafficPercent``.
+
+    Raises:
+        InferenceServiceSpecError: ``service`` has problems (all of them are listed).
+    """
+    service.check(namespace)
+    model = _model(service, service.storage_uri)
     labels = lineage_labels(service)
     predictor: KubeObject = {"model": model, "labels": dict(labels)}
     if service.min_replicas is not None:
@@ -145,9 +175,12 @@ def render_inference_service(
         metadata["namespace"] = where
     metadata["labels"] = labels
     metadata["annotations"] = _annotations(service)
+    spec: KubeObject = {"predictor": predictor}
+    if service.canary is not None:
+        spec["canary"] = [_canary(service, service.canary)]
     return {
         "apiVersion": INFERENCE_SERVICES.api_version,
         "kind": INFERENCE_SERVICES.kind,
         "metadata": metadata,
-        "spec": {"predictor": predictor},
+        "spec": spec,
     }

@@ -32,6 +32,8 @@ PREDICTOR_SUFFIX: Final = "-predictor"
 """What KServe appends to the service's name for the predictor's Deployment and Service."""
 MAX_NAME_LENGTH: Final = 63 - len(PREDICTOR_SUFFIX)
 """The longest name whose predictor objects still fit a DNS label (63)."""
+MAX_HOST_LABEL: Final = 63
+"""The longest DNS label: KServe's predictor host ``<name>-predictor-<namespace>`` is one."""
 
 _DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN: Final = re.compile(
@@ -105,6 +107,38 @@ class ModelLink:
         return f"models:/{self.model_name}/{self.version}"
 
 
+CANARY_NAME: Final = "canary"
+"""Default ``predictor.name`` of a Standard-mode canary (its Deployment:
+``<service>-canary-predictor``)."""
+
+
+@dataclass(frozen=True)
+class Canary:
+    """A candidate model served next to the stable one: KServe's ``spec.canary`` (v0.20+).
+
+    Standard mode only. KServe runs the candidate in a Deployment of its own,
+    ``<service>-<name>-predictor``, with fixed replicas: ``ceil(min_replicas x traffic_percent /
+    100)`` of the stable predictor's ``min_replicas`` (1 when unset), which loses as many; the
+    service's traffic is split by that ratio of pods. The candidate predictor is the stable one
+    with this model's location (and link) in place: same format, runtime, protocol and resources.
+    To promote it, deploy the candidate as the stable model without a canary; to roll it back,
+    deploy the stable one without a canary.
+
+    Args:
+        storage_uri: Where the candidate model's files are (like
+            :attr:`InferenceServiceSpec.storage_uri`).
+        traffic_percent: Share of the service's replicas, hence of its traffic (0: deployed,
+            no traffic).
+        name: The candidate's ``predictor.name`` (a DNS-1035 label).
+        link: The registry version and training job of the candidate (labels of its pods).
+    """
+
+    storage_uri: str
+    traffic_percent: int
+    name: str = CANARY_NAME
+    link: ModelLink | None = None
+
+
 @dataclass(frozen=True)
 class InferenceServiceSpec:
     """One InferenceService: the model, its runtime, resources, replicas and rollout.
@@ -126,7 +160,9 @@ class InferenceServiceSpec:
         min_replicas: Fewest replicas (0 scales to zero, Knative only).
         max_replicas: Most replicas.
         canary_traffic_percent: Percent of traffic for this revision during a rollout
-            (Knative mode; refused in Standard mode, where KServe would ignore it).
+            (Knative mode; refused in Standard mode, where KServe would ignore it: use
+            ``canary`` there).
+        canary: A candidate model next to this one (Standard mode: KServe's ``spec.canary``).
         env: Environment of the model server.
         labels: Extra labels of the service and its predictor pods.
         annotations: Extra annotations of the service.
@@ -146,13 +182,19 @@ class InferenceServiceSpec:
     min_replicas: int | None = None
     max_replicas: int | None = None
     canary_traffic_percent: int | None = None
+    canary: Canary | None = None
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     link: ModelLink | None = None
 
-    def issues(self) -> list[SpecIssue]:
-        """Every problem of this description, with its field and fix (empty: none)."""
+    def issues(self, namespace: str | None = None) -> list[SpecIssue]:
+        """Every problem of this description, with its field and fix (empty: none).
+
+        Args:
+            namespace: Where it goes when :attr:`namespace` is unset (the deployer's): the
+                host names KServe derives must fit a DNS label.
+        """
         found: list[SpecIssue] = []
 
         def issue(path: str, problem: str, fix: str) -> None:
@@ -167,18 +209,7 @@ class InferenceServiceSpec:
             )
         if self.namespace is not None and not _DNS1123_SUBDOMAIN.match(self.namespace):
             issue("namespace", f"{self.namespace!r} is not a namespace name", "fix the name")
-        if self.storage_uri.startswith(_REGISTRY_SCHEMES):
-            issue(
-                "storageUri",
-                f"{self.storage_uri!r} is an MLflow location, which KServe cannot read",
-                "resolve it first: ModelRegistry.resolve(uri).storage_uri",
-            )
-        elif "://" not in self.storage_uri:
-            issue(
-                "storageUri",
-                f"{self.storage_uri!r} is not a URI",
-                "give s3://, gs://, pvc://, file:// or another scheme KServe reads",
-            )
+        _storage_issues("storageUri", self.storage_uri, issue)
         if not self.model_format:
             issue("modelFormat", "the model format is empty", "use mlflow, sklearn, pytorch...")
         if self.model_format == "mlflow":
@@ -198,6 +229,8 @@ class InferenceServiceSpec:
                 )
         self._resource_issues(issue)
         self._replica_issues(issue)
+        self._canary_issues(issue)
+        self._host_issues(self.namespace or namespace, issue)
         for name in self.env:
             if not _ENV_NAME.match(name):
                 issue(f"env.{name}", "not an environment variable name", "fix the name")
@@ -236,16 +269,88 @@ class InferenceServiceSpec:
                 "canaryTrafficPercent",
                 "KServe ignores canaryTrafficPercent in Standard mode (all traffic would go to "
                 "the new model at once)",
-                "deploy with DeploymentMode.KNATIVE for a canary, or without "
-                "canary_traffic_percent",
+                "in Standard mode, keep the serving model and give the candidate as "
+                "canary=Canary(storage_uri, traffic_percent) (KServe's spec.canary); or deploy "
+                "with DeploymentMode.KNATIVE",
             )
 
-    def check(self) -> None:
+    def _host_issues(self, namespace: str | None, issue: _IssueSink) -> None:
+        """KServe's predictor host name ``<name>-predictor-<namespace>`` is one DNS label.
+
+        Its default domain template makes the predictor's URL host from that label; one longer
+        than 63 characters fails every reconcile (``ReconcileFailed``, "must be no more than 63
+        characters"), so it is refused here instead.
+        """
+        if namespace is None:
+            return
+        names = [self.name] + ([f"{self.name}-{self.canary.name}"] if self.canary else [])
+        for name in names:
+            host = f"{name}{PREDICTOR_SUFFIX}-{namespace}"
+            if len(host) > MAX_HOST_LABEL:
+                issue(
+                    "name",
+                    f"KServe's predictor host name {host!r} is {len(host)} characters, more "
+                    f"than a DNS label's {MAX_HOST_LABEL}",
+                    "use a shorter service (or canary) name or namespace",
+                )
+
+    def _canary_issues(self, issue: _IssueSink) -> None:
+        canary = self.canary
+        if canary is None:
+            return
+        if self.deployment_mode is not DeploymentMode.STANDARD:
+            issue(
+                "canary",
+                "KServe's spec.canary exists in Standard mode only (its validation refuses it "
+                "in Knative mode)",
+                "in Knative mode, deploy the candidate with canary_traffic_percent",
+            )
+        if self.canary_traffic_percent is not None:
+            issue(
+                "canary",
+                "canary and canary_traffic_percent are two ways to split traffic; give one",
+                "drop canary_traffic_percent",
+            )
+        if not 0 <= canary.traffic_percent <= 100:
+            issue(
+                "canary.trafficPercent",
+                f"{canary.traffic_percent} is not a percentage",
+                "use 0 to 100",
+            )
+        longest = 63 - len(self.name) - len(PREDICTOR_SUFFIX) - 1
+        if not _DNS1035.match(canary.name) or len(canary.name) > longest:
+            issue(
+                "canary.predictor.name",
+                f"{canary.name!r} is not a DNS-1035 label of at most {max(longest, 0)} characters "
+                f"(KServe names its Deployment {self.name}-<name>{PREDICTOR_SUFFIX})",
+                "use a short lower-case name such as 'canary'",
+            )
+        _storage_issues("canary.predictor.model.storageUri", canary.storage_uri, issue)
+
+    def check(self, namespace: str | None = None) -> None:
         """Raise unless :meth:`issues` is empty.
+
+        Args:
+            namespace: As for :meth:`issues`.
 
         Raises:
             InferenceServiceSpecError: Every problem found.
         """
-        problems = self.issues()
+        problems = self.issues(namespace)
         if problems:
             raise InferenceServiceSpecError(problems, name=self.name)
+
+
+def _storage_issues(path: str, uri: str, issue: _IssueSink) -> None:
+    if uri.startswith(_REGISTRY_SCHEMES):
+        issue(
+            path,
+            f"{uri!r} is an MLflow location, which KServe cannot read",
+            "resolve it first: ModelRegistry.resolve(uri).storage_uri",
+        )
+    elif "://" not in uri:
+        issue(
+            path,
+            f"{uri!r} is not a URI",
+            "give s3://, gs://, pvc://, file:// or another scheme KServe reads",
+        )

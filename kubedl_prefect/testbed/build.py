@@ -6,6 +6,13 @@ lands in ``cache_root()/bin/<name>-<hash>`` where the hash covers everything tha
 result (go.mod, go.sum, the module's own ``.go`` files for its own packages, the Go version,
 flags, source patches); it is rebuilt only when that hash changes.
 
+A row may also name an upstream :class:`~kubedl_prefect.testbed.upstream.GoModule` instead of a
+wrapper folder: a module that is itself a main module with ``replace``/``exclude`` directives
+(KServe's), which ``go install`` refuses and no wrapper can inherit. It is built inside a writable
+copy of its own source (its ``.go`` files, ``go.mod`` and ``go.sum``), taken from the Go module
+cache into ``cache_root()/src/<name>/`` at each build; the hash then covers the module's path and
+version (immutable once published) instead of wrapper files.
+
 A row may carry :class:`SourcePatch` edits of a pinned dependency's files (an upstream listen
 address hard-coded to every interface, say): the patched modules are copied outside the module
 cache and the repository, patched there and swapped in by ``go build -modfile`` (a copy of the
@@ -34,7 +41,7 @@ from functools import cache
 from pathlib import Path
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed.upstream import cache_root, go_binary, go_env
+from kubedl_prefect.testbed.upstream import GoModule, cache_root, go_binary, go_env, module_dir
 
 #: Folder holding the wrapper modules shipped with the package (``go/<module>/go.mod``).
 GO_ROOT = Path(__file__).resolve().parent / "go"
@@ -69,22 +76,33 @@ class GoBinary:
 
     Attributes:
         name: File name of the binary (``kube-apiserver-etcd``); unique across the table.
-        module: Folder of the wrapper module holding ``go.mod`` (usually ``GO_ROOT / "kube"``).
+        module: Folder of the wrapper module holding ``go.mod`` (usually ``GO_ROOT / "kube"``),
+            or an upstream module built inside a writable copy of itself (see the module docs).
         package: Package to build, relative (``./cmd/x``) or a full import path from a dependency
             listed in the module's ``tool`` block (``k8s.io/kubernetes/cmd/kube-scheduler``).
         ldflags: Extra ``-ldflags`` items, e.g. ``-X`` version stamps (``-s -w`` are always added).
         tags: Go build tags.
         env: Extra environment variables for ``go build`` (``CGO_ENABLED``...).
-        patches: Edits of dependencies' files applied to this build only.
+        patches: Edits of dependencies' files applied to this build only (for an upstream
+            module: edits of its own files, applied to the copy).
     """
 
     name: str
-    module: Path
+    module: Path | GoModule
     package: str
     ldflags: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = field(default=())
     patches: tuple[SourcePatch, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.module, GoModule):
+            foreign = sorted({p.module for p in self.patches} - {self.module.path})
+            if foreign:
+                raise TestbedError(
+                    f"{self.name} builds {self.module.path} from its own source: it can only "
+                    f"patch that module's files, not {', '.join(foreign)}"
+                )
 
 
 def kube_version_ldflags(
@@ -152,11 +170,49 @@ def inputs_hash(binary: GoBinary) -> str:
         "goexperiment": env.get("GOEXPERIMENT", ""),
         "patches": [[p.module, p.file, p.old, p.new] for p in binary.patches],
     }
+    if isinstance(binary.module, GoModule):
+        # A published module version never changes: its path and version are its content.
+        meta["upstream"] = f"{binary.module.path}@{binary.module.version}"
     digest.update(json.dumps(meta, sort_keys=True).encode())
-    for path in _module_inputs(binary.module, with_sources=binary.package.startswith(".")):
-        digest.update(path.relative_to(binary.module).as_posix().encode() + b"\0")
-        digest.update(path.read_bytes() + b"\0")
+    if isinstance(binary.module, Path):
+        for path in _module_inputs(binary.module, with_sources=binary.package.startswith(".")):
+            digest.update(path.relative_to(binary.module).as_posix().encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:12]
+
+
+def source_copy_dir(binary: GoBinary) -> Path:
+    """Where an upstream module's binary is built: a writable copy of its source."""
+    return cache_root() / "src" / binary.name
+
+
+def _copy_upstream(binary: GoBinary, module: GoModule) -> Path:
+    """A fresh writable copy of ``module``'s Go sources with ``binary``'s patches applied.
+
+    Only what ``go build`` reads is copied (``.go`` files, ``go.mod``, ``go.sum``): KServe's
+    module is 440 MB, mostly manifests, docs and Python.
+    """
+    source = module_dir(module)
+    target = source_copy_dir(binary)
+    _remove_tree(target)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        return {
+            name
+            for name in names
+            if not (Path(folder) / name).is_dir()
+            and not name.endswith(".go")
+            and name not in ("go.mod", "go.sum")
+        }
+
+    shutil.copytree(source, target, ignore=ignore, copy_function=shutil.copyfile)
+    for folder_path in [target, *(p for p in target.rglob("*") if p.is_dir())]:
+        folder_path.chmod(0o755)
+    for patch in binary.patches:
+        path = target / patch.file
+        path.chmod(0o644)
+        path.write_text(apply_patch(path.read_text(encoding="utf-8"), patch), encoding="utf-8")
+    return target
 
 
 def _module_inputs(module: Path, *, with_sources: bool) -> list[Path]:
@@ -236,18 +292,25 @@ def build(
         command += ["-ldflags", " ".join(("-s", "-w", *binary.ldflags))]
         if binary.tags:
             command += ["-tags", ",".join(binary.tags)]
-        if binary.patches:
-            command += ["-modfile", str(write_patched_modfile(binary, bin_dir() / "patched"))]
         command.append(binary.package)
         started = time.monotonic()
         with log_path.open("w") as log:
+            if isinstance(binary.module, GoModule):
+                folder = _copy_upstream(binary, binary.module)
+            else:
+                folder = binary.module
+                if binary.patches:
+                    command[-1:-1] = [
+                        "-modfile",
+                        str(write_patched_modfile(binary, bin_dir() / "patched")),
+                    ]
             for patch in binary.patches:
                 log.write(f"# patched {patch.module}/{patch.file}: {patch.reason}\n")
-            log.write(f"$ (cd {binary.module} && {' '.join(command)})\n")
+            log.write(f"$ (cd {folder} && {' '.join(command)})\n")
             log.flush()
             proc = subprocess.run(
                 command,
-                cwd=binary.module,
+                cwd=folder,
                 env=build_env(binary),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -285,10 +348,16 @@ def apply_patch(text: str, patch: SourcePatch) -> str:
     return text.replace(patch.old, patch.new)
 
 
+def _wrapper_dir(binary: GoBinary) -> Path:
+    if not isinstance(binary.module, Path):
+        raise TestbedError(f"{binary.name} is built from upstream source, not a wrapper module")
+    return binary.module
+
+
 def _module_dir(binary: GoBinary, module: str) -> Path:
     proc = subprocess.run(
         [go_binary(), "list", "-m", "-json", module],
-        cwd=binary.module,
+        cwd=_wrapper_dir(binary),
         env=build_env(binary),
         capture_output=True,
         text=True,
@@ -311,13 +380,14 @@ def write_patched_modfile(binary: GoBinary, folder: Path) -> Path:
     copied under ``folder`` (outside the cache and the repository) and a copy of the wrapper's
     ``go.mod`` gains one ``replace`` line per patched module, for ``go build -modfile``.
     """
+    wrapper = _wrapper_dir(binary)
     root = folder / f"patched-{binary.name}"
     _remove_tree(root)
     modules = sorted({p.module for p in binary.patches})
     # A replace the wrapper already has for a patched module gives way to the patched copy.
     lines = [
         line
-        for line in (binary.module / "go.mod").read_text(encoding="utf-8").splitlines()
+        for line in (wrapper / "go.mod").read_text(encoding="utf-8").splitlines()
         if not any(line.strip().startswith(f"replace {m} ") for m in modules)
     ]
     lines.append("")
@@ -332,8 +402,8 @@ def write_patched_modfile(binary: GoBinary, folder: Path) -> Path:
         lines.append(f"replace {module} => {copy}")
     modfile = root / "go.mod"
     modfile.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    if (binary.module / "go.sum").is_file():
-        shutil.copyfile(binary.module / "go.sum", root / "go.sum")
+    if (wrapper / "go.sum").is_file():
+        shutil.copyfile(wrapper / "go.sum", root / "go.sum")
     return modfile
 
 

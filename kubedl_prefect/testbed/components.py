@@ -238,6 +238,8 @@ class Component:
             ``None``: no kubeconfig.
         health: Builds its readiness check; ``None``: ready once started and still alive.
         env: Extra environment variables.
+        env_from: Builds more environment variables from the context (paths in the test bed's
+            folder, say); they win over ``env``.
     """
 
     name: str
@@ -246,3 +248,4 @@ class Component:
     identity: Identity | None = None
     health: Callable[[Layout], HealthCheck] | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    env_from: Callable[[ComponentContext], Mapping[str, str]] | None = None

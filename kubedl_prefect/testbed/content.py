@@ -24,7 +24,7 @@ from kubedl_prefect.testbed.upstream import (
     module_dir,
 )
 
-#: Folder of our kwok Stage files (node, pod and InferenceService lifecycles).
+#: Folder of our kwok Stage files (node and pod lifecycles).
 STAGES_DIR = Path(__file__).resolve().parent / "stages"
 
 #: Annotations the kwok stages read (see ``stages/pod.yaml`` and docs/testbed.md).
@@ -37,8 +37,6 @@ EVICT = ANNOTATION_PREFIX + "evict"
 EVICT_ON_ATTEMPT = ANNOTATION_PREFIX + "evict-on-attempt"
 WAITING_REASON = ANNOTATION_PREFIX + "waiting-reason"
 WAITING_MESSAGE = ANNOTATION_PREFIX + "waiting-message"
-NEVER_READY = ANNOTATION_PREFIX + "never-ready"
-READY_DELAY = ANNOTATION_PREFIX + "ready-delay"
 
 #: Pod label ``evict-on-attempt`` compares with (set by the lifecycle on every pod it makes).
 ATTEMPT_LABEL = "kubedl-prefect.io/attempt"
@@ -90,7 +88,10 @@ CRD_SOURCES: tuple[CrdSource, ...] = (
     CrdSource(VOLCANO, "config/crd/volcano/bases", "topology.volcano.sh_*.yaml"),
     CrdSource(VOLCANO, "config/crd/volcano/bases", "nodeinfo.volcano.sh_*.yaml"),
     CrdSource(VOLCANO, "config/crd/volcano/bases", "shard.volcano.sh_*.yaml"),
-    CrdSource(KSERVE, "config/crd/full", "serving.kserve.io_inferenceservices.yaml"),
+    # Every CRD the KServe controller watches or lists (it exits without the ones it always
+    # watches), full schemas: see .kserve.
+    CrdSource(KSERVE, "config/crd/full", "serving.kserve.io_*.yaml"),
+    CrdSource(KSERVE, "config/crd/full/clusterstoragecontainer", "serving.kserve.io_*.yaml"),
     # kwok's per-pod log configuration (see .podlogs), watched by the kwok controller.
     CrdSource(KWOK, "kustomize/crd/bases", "kwok.x-k8s.io_logs.yaml"),
 )

@@ -79,6 +79,8 @@ def start_component(
     argv = [str(binaries[component.binary]), *component.args(context)]
     log_file = layout.log_file(component.name)
     env = dict(component.env)
+    if component.env_from is not None:
+        env.update(component.env_from(context))
     if kubeconfig is not None:
         # Some components read their kubeconfig only from the environment.
         env.setdefault("KUBECONFIG", str(kubeconfig))

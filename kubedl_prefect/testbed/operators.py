@@ -1,6 +1,6 @@
-"""Training operators of the test bed: KubeDL (gang-scheduled by Volcano) and Kubeflow's.
+"""Operators of the test bed: KubeDL (gang-scheduled by Volcano), Kubeflow's, and KServe.
 
-Three processes run next to the control plane, each built from a wrapper module of our own under
+Four processes run next to the control plane, three built from a wrapper module of our own under
 ``go/`` (one per Kubernetes-library pin; see docs/operators.md for versions and findings):
 
 - the **Volcano scheduler** (``vc-scheduler``), scheduler name ``volcano``, with a scheduler
@@ -8,14 +8,17 @@ Three processes run next to the control plane, each built from a wrapper module 
 - the **KubeDL manager** (``kubedl-manager``, Kubernetes 1.22 libraries), limited to the training
   workloads we use, gang scheduling through Volcano with one PodGroup per job;
 - the **Kubeflow training operator** (``training-operator``, ``kubeflow.org/v1``), also gang
-  scheduled through Volcano.
+  scheduled through Volcano;
+- the **KServe controller** (``kserve-manager``, built from KServe's own module), in Standard
+  mode: see :mod:`.kserve`.
 
 Besides its command line, each operator needs objects in the cluster before it starts (its RBAC,
 Volcano's queues in the ``Open`` state, the Secret the Kubeflow operator's certificate rotator
-fills): :func:`operator_manifests` lists them and :func:`install_prerequisites` writes them, after
-the CRDs and before the operators start. Files an operator reads (the
-Volcano configuration, the Kubeflow webhook serving certificate) are written when its command line
-is built, so a :class:`~kubedl_prefect.testbed.components.Component` row stays self-contained.
+fills, KServe's ConfigMap and serving runtimes): :func:`operator_manifests` lists them and
+:func:`install_prerequisites` writes them, after the CRDs and before the operators start.
+Files an operator reads (the Volcano configuration, the Kubeflow and KServe webhook serving
+certificates) are written when its command line is built, so a
+:class:`~kubedl_prefect.testbed.components.Component` row stays self-contained.
 """
 
 from __future__ import annotations
@@ -31,11 +34,13 @@ from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
+    CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
     VOLCANO_QUEUES,
     ResourceKind,
 )
+from kubedl_prefect.testbed import kserve
 from kubedl_prefect.testbed.build import GO_ROOT, GoBinary, SourcePatch
 from kubedl_prefect.testbed.cluster import create_or_update
 from kubedl_prefect.testbed.components import (
@@ -98,7 +103,12 @@ VOLCANO_BINARY = GoBinary(
 )
 
 #: Binaries of the operators, built like the control plane's (see :mod:`.build`).
-OPERATOR_BINARIES: list[GoBinary] = [VOLCANO_BINARY, KUBEDL_BINARY, KUBEFLOW_BINARY]
+OPERATOR_BINARIES: list[GoBinary] = [
+    VOLCANO_BINARY,
+    KUBEDL_BINARY,
+    KUBEFLOW_BINARY,
+    kserve.KSERVE_BINARY,
+]
 
 # --- names, identities, ports -----------------------------------------------------------------
 
@@ -133,7 +143,7 @@ KUBEDL_IDENTITY = Identity("kubedl-operator")
 KUBEFLOW_IDENTITY = Identity("kubeflow-training-operator")
 
 #: Port offsets (see :class:`~kubedl_prefect.testbed.components.Ports`) of the operators' endpoints;
-#: the control plane uses 43, 47, 57, 59, 79 and 80.
+#: the control plane uses 43, 47, 57, 59, 79 and 80; KServe's are in :mod:`.kserve`.
 PORT_OFFSETS: dict[str, int] = {
     "volcano-metrics": 60,
     "volcano-healthz": 61,
@@ -142,6 +152,7 @@ PORT_OFFSETS: dict[str, int] = {
     "kubeflow-metrics": 64,
     "kubeflow-probe": 65,
     "kubeflow-webhook": 66,
+    **kserve.PORT_OFFSETS,
 }
 
 
@@ -363,7 +374,9 @@ def operator_manifests() -> list[dict[str, Any]]:
     - the Volcano scheduler is bound to ``cluster-admin``: its ClusterRole exists upstream only
       inside a Helm template;
     - the Kubeflow operator's webhook Secret, in :data:`OPERATOR_NAMESPACE` (its role may update
-      Secrets, not create them).
+      Secrets, not create them);
+    - KServe's namespace, ConfigMap, ClusterRole and serving runtimes
+      (:func:`.kserve.kserve_manifests`).
     """
     kubedl_role = _upstream_cluster_role(
         module_file(KUBEDL, "config/rbac/role.yaml"), KUBEDL_IDENTITY.user
@@ -386,13 +399,22 @@ def operator_manifests() -> list[dict[str, Any]]:
             "metadata": {"name": KUBEFLOW_WEBHOOK_SECRET, "namespace": OPERATOR_NAMESPACE},
             "type": "Opaque",
         },
+        *kserve.kserve_manifests(),
     ]
 
 
 #: The kind of each object :func:`operator_manifests` returns.
 _KINDS: dict[str, ResourceKind] = {
     kind.kind: kind
-    for kind in (NAMESPACES, SECRETS, CLUSTER_ROLES, CLUSTER_ROLE_BINDINGS, VOLCANO_QUEUES)
+    for kind in (
+        NAMESPACES,
+        SECRETS,
+        CONFIG_MAPS,
+        CLUSTER_ROLES,
+        CLUSTER_ROLE_BINDINGS,
+        VOLCANO_QUEUES,
+        kserve.CLUSTER_SERVING_RUNTIMES,
+    )
 }
 
 
@@ -444,4 +466,5 @@ OPERATOR_COMPONENTS: list[Component] = [
         # Namespace of its webhook Secret (in its Pod, the downward API sets it).
         env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
     ),
+    kserve.KSERVE_COMPONENT,
 ]

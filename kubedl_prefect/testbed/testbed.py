@@ -4,11 +4,12 @@
 detached with its own log and pid file under ``cache_root()/testbed/<name>/``:
 
 1. ``kube-apiserver-etcd``: kube-apiserver with an embedded etcd (TLS, RBAC, 127.0.0.1 only);
-2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe InferenceService, kwok Logs);
+2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe serving, kwok Logs);
 3. ``kube-controller-manager``, ``kube-scheduler`` and the ``kwok`` controller with our stages
    (kwok also serves the nodes' kubelet API for container logs, see :mod:`.podlogs`);
 4. the simulated nodes (default 2 x 8 ``nvidia.com/gpu``), waited on until Ready;
-5. the training operators (:mod:`.operators`) after the objects they need.
+5. the operators (:mod:`.operators`: Volcano, KubeDL, Kubeflow's, the KServe controller)
+   after the objects they need.
 
 It returns the path of an administrator kubeconfig. ``up`` is idempotent: on a running test bed it
 only adjusts what was asked differently (nodes, operators); over a stale state folder (dead
@@ -305,6 +306,11 @@ class Testbed:
         if not any(not c.held for c in down):
             return
         binaries = build_all(training_operators.OPERATOR_BINARIES)
+        if any(c.pid is None for c in down):
+            # An operator this test bed never ran (one added since it started, such as the
+            # KServe controller): its CRDs and prerequisites may be missing. Both converge.
+            cluster.call(self.layout, cluster.apply_crds, content.crd_manifests())
+            cluster.call(self.layout, training_operators.install_prerequisites)
         for entry in down:
             if not entry.held:
                 logger.warning("%s of test bed %s is down: starting it", entry.name, self.name)
@@ -485,7 +491,8 @@ class Testbed:
         stopped this way: without the control plane there is no test bed.
 
         Args:
-            component: ``kubedl-operator``, ``training-operator`` or ``volcano-scheduler``.
+            component: ``kubedl-operator``, ``training-operator``, ``volcano-scheduler`` or
+                ``kserve-controller``.
 
         Raises:
             TestbedError: Not an operator.

@@ -1,8 +1,9 @@
 """From a training job's model to a served version and back: MLflow and the test bed, both real.
 
 A real tracking server (``mlflow_server``: SQLite store, loopback) holds the runs and the
-registry; the test bed's API server holds the InferenceServices (kwok reports them Ready, or
-never ready when annotated, until the real KServe controller joins the test bed). The training
+registry; the test bed's real KServe controller (v0.20, Standard mode) serves the
+InferenceServices: it picks the runtime, runs the predictor's Deployment on kwok's nodes and
+reports Ready, or ``NoSupportingRuntime`` for a format no runtime serves. The training
 code of each job runs here as rank 0 would, with the environment the handoff put into the job's
 manifest. The chain is composed as the Prefect surface will compose it: register, gate, resolve,
 check, deploy with the alias restore as the rollback callback.
@@ -11,7 +12,7 @@ check, deploy with the alias restore as the rollback callback.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,8 @@ from kubedl_prefect.serving import (
 )
 from kubedl_prefect.spec import TrainingJobSpec, parse_spec
 from kubedl_prefect.spec.handoff import RUN_ID_ENV, TRACKING_URI_ENV, with_handoff
-from tests.integration.test_serving_rollout import NEVER_READY, serving_rules
+from kubedl_prefect.testbed.testbed import Testbed
+from tests.integration.test_serving_rollout import UNSUPPORTED, serving_rules, short_namespace
 from tests.support.mlflow_server import MlflowServer, mlflow_server
 from tests.support.training import train_and_log
 
@@ -46,6 +48,11 @@ pytestmark = pytest.mark.integration
 __all__ = ["mlflow_server"]
 
 POLICY = GatePolicy("accuracy", min_improvement=0.01)
+
+
+@pytest.fixture
+def namespace(testbed: Testbed) -> Iterator[str]:
+    yield from short_namespace(testbed)
 
 
 @pytest.fixture
@@ -168,6 +175,9 @@ async def test_better_candidates_are_served_worse_ones_never_applied_bad_ones_ro
     assert live["spec"]["predictor"]["model"]["storageUri"] == resolved_first.storage_uri
     assert resolved_first.storage_uri.endswith(f"/models/{first.model_id}/artifacts")
     assert live["metadata"]["labels"]["kubedl-prefect.io/model-version"] == first.version
+    assert served.runtime == "kserve-mlserver"
+    assert live["status"]["clusterServingRuntimeName"] == "kserve-mlserver"
+    assert live["status"]["modelStatus"]["transitionStatus"] == "UpToDate"
 
     # 2. A better one replaces it.
     second = chain.train("nightly-2", 0.90)
@@ -189,12 +199,13 @@ async def test_better_candidates_are_served_worse_ones_never_applied_bad_ones_ro
         == "rejected"
     )
 
-    # 4. A better one that never becomes Ready: the previous spec and alias come back.
+    # 4. A better one that never becomes Ready (deployed with a format its runtime does not
+    # serve): the previous spec and alias come back, with KServe's reason.
     fourth = chain.train("nightly-4", 0.95)
     with pytest.raises(InferenceServiceNotReadyError) as caught:
-        await chain.promote_and_serve(fourth, annotations=NEVER_READY)
+        await chain.promote_and_serve(fourth, **UNSUPPORTED)
     assert caught.value.rolled_back
-    assert caught.value.reason == "ModelLoadFailed"
+    assert caught.value.reason == "NoSupportingRuntime"
     assert "the registry alias was restored" in caught.value.message
     assert client.get_model_version_by_alias(chain.model, "champion").version == second.version
     live = await deployer.get("fraud")

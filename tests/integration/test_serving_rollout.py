@@ -1,10 +1,11 @@
 """Applying, awaiting and rolling back InferenceServices against the real test bed.
 
-The API server validates every manifest against KServe's full InferenceService CRD (the test bed
-installs it). There is no KServe controller yet: the test bed's kwok stages report a service
-Ready about a second after each change of its spec, or not ready (reason ``ModelLoadFailed``,
-``RevisionFailed``) when it is annotated ``testbed.kubedl-prefect.io/never-ready``. Every test
-runs as a ServiceAccount with deploy/rbac.yaml's rules plus the InferenceService rule
+The API server validates every manifest against KServe's full InferenceService CRD, and the real
+KServe controller (v0.20, Standard mode) reconciles it: it picks a serving runtime, makes the
+predictor's Deployment, whose pods kwok runs on the simulated nodes, and reports Ready once that
+Deployment is available. A model format no runtime supports is reported as KServe reports it
+(``NoSupportingRuntime``); a predictor asking for more GPUs than any node has stays pending.
+Every test runs as a ServiceAccount with deploy/rbac.yaml's rules plus the InferenceService rule
 docs/serving.md gives.
 """
 
@@ -12,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +23,50 @@ import yaml
 
 from kubedl_prefect.errors import InferenceServiceNotReadyError, ServingError
 from kubedl_prefect.kube.credentials import KubeconfigFile, connect
-from kubedl_prefect.kube.resources import INFERENCE_SERVICES, KubeObject
+from kubedl_prefect.kube.resources import INFERENCE_SERVICES, PODS, KubeObject, ResourceKind
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.serving import (
     InferenceServiceDeployer,
     InferenceServiceEvent,
     InferenceServiceSpec,
     ModelLink,
+    ServingResources,
     SyncInferenceServiceDeployer,
 )
 from kubedl_prefect.serving.deploy import ANNOTATION_APPLIED, ANNOTATION_PREVIOUS, FIELD_MANAGER
+from kubedl_prefect.testbed.testbed import Testbed
 
 pytestmark = pytest.mark.integration
 
+DEPLOYMENTS = ResourceKind("apps", "v1", "Deployment", "deployments")
+
 RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
-NEVER_READY = {"testbed.kubedl-prefect.io/never-ready": "true"}
+#: A model format no runtime of the test bed supports: KServe finds no runtime for it.
+UNSUPPORTED: dict[str, Any] = {"model_format": "keras"}
+#: A predictor no node can hold (each node has 8 GPUs): its pods stay Pending.
+UNSCHEDULABLE: dict[str, Any] = {"resources": ServingResources(gpus=64)}
 SERVING_RULE = {
     "apiGroups": ["serving.kserve.io"],
     "resources": ["inferenceservices"],
     "verbs": ["get", "list", "watch", "create", "patch", "delete"],
 }
+
+
+def short_namespace(testbed: Testbed) -> Iterator[str]:
+    """A fresh namespace with a short name, deleted (in the background) afterwards.
+
+    KServe makes the predictor's host name ``<name>-predictor-<namespace>`` and refuses one
+    longer than a DNS label (63); the shared fixture's names run up to 49 characters.
+    """
+    name = f"s-{uuid.uuid4().hex[:10]}"
+    testbed.create_namespace(name, labels={"kubedl-prefect.io/test": "true"})
+    yield name
+    testbed.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(testbed: Testbed) -> Iterator[str]:
+    yield from short_namespace(testbed)
 
 
 def serving_rules() -> list[dict[str, Any]]:
@@ -67,7 +93,6 @@ def service(version: str, **changes: Any) -> InferenceServiceSpec:
     settings: dict[str, Any] = {
         "name": "fraud",
         "storage_uri": f"s3://ml-artifacts/3/models/m-{version}/artifacts",
-        "runtime": "kserve-mlserver",
         "min_replicas": 1,
         "max_replicas": 2,
         "link": ModelLink("fraud", version, "ml", f"fraud-x7k2-a{version}", f"uid-{version}"),
@@ -88,6 +113,8 @@ async def test_a_new_service_is_applied_and_becomes_ready(
 
     assert outcome.readiness.reason == "Ready"
     assert outcome.url == f"http://fraud-{namespace}.example.com"
+    assert outcome.runtime == "kserve-mlserver"  # chosen by KServe: the spec names none
+    assert outcome.readiness.runtime == "kserve-mlserver"
     assert outcome.changed
     assert outcome.storage_uri == "s3://ml-artifacts/3/models/m-1/artifacts"
     assert [e.event for e in seen] == [
@@ -112,6 +139,38 @@ async def test_a_new_service_is_applied_and_becomes_ready(
         e["manager"] == FIELD_MANAGER and e["operation"] == "Apply"
         for e in metadata["managedFields"]
     )
+    status = obj["status"]
+    assert status["clusterServingRuntimeName"] == "kserve-mlserver"
+    assert status["modelStatus"]["states"]["targetModelState"] == "Loaded"
+    assert status["deploymentMode"] == "Standard"
+
+
+async def test_the_controller_runs_the_predictor_as_a_deployment_on_the_kwok_nodes(
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
+) -> None:
+    await deployer.deploy(service("1"), timeout_s=60)
+
+    async def read() -> tuple[KubeObject, list[KubeObject]]:
+        async with await connect(KubeconfigFile(str(admin_kubeconfig))) as client:
+            deployment = await client.get(DEPLOYMENTS, namespace, "fraud-predictor")
+            pods = await client.list(
+                PODS, namespace, label_selector="serving.kserve.io/inferenceservice=fraud"
+            )
+            return deployment, pods.items
+
+    deployment, pods = await KubeRuntime.get().run(read())
+    assert deployment["metadata"]["ownerReferences"][0]["kind"] == "InferenceService"
+    template = deployment["spec"]["template"]
+    (container,) = template["spec"]["containers"]
+    assert container["image"] == "docker.io/seldonio/mlserver:1.7.1"  # kserve-mlserver's
+    annotations = template["metadata"]["annotations"]
+    source = "internal.serving.kserve.io/storage-initializer-sourceuri"
+    assert annotations[source] == "s3://ml-artifacts/3/models/m-1/artifacts"
+    # No webhook: the storage initializer is not injected, the pod runs as rendered.
+    assert not template["spec"].get("initContainers")
+    assert pods
+    assert {p["spec"]["nodeName"] for p in pods} <= {"kwok-node-0", "kwok-node-1"}
+    assert all(p["metadata"]["labels"]["kubedl-prefect.io/model-version"] == "1" for p in pods)
 
 
 async def test_deploying_the_same_spec_again_changes_nothing(
@@ -137,7 +196,7 @@ async def test_a_new_version_replaces_the_old_and_remembers_it(
     assert previous["spec"]["predictor"]["model"]["storageUri"].endswith("/m-1/artifacts")
 
 
-async def test_a_version_that_never_becomes_ready_is_rolled_back_with_the_reason(
+async def test_a_version_no_runtime_supports_is_rolled_back_with_kserves_reason(
     deployer: InferenceServiceDeployer,
 ) -> None:
     await deployer.deploy(service("1"), timeout_s=60)
@@ -146,7 +205,7 @@ async def test_a_version_that_never_becomes_ready_is_rolled_back_with_the_reason
 
     with pytest.raises(InferenceServiceNotReadyError) as caught:
         await deployer.deploy(
-            service("2", annotations=NEVER_READY),
+            service("2", **UNSUPPORTED),
             timeout_s=60,
             on_event=seen.append,
             on_rollback=lambda: restored.append("alias"),
@@ -155,42 +214,53 @@ async def test_a_version_that_never_becomes_ready_is_rolled_back_with_the_reason
     error = caught.value
     assert error.rolled_back
     assert not error.timed_out
-    assert error.reason == "ModelLoadFailed"
+    assert error.reason == "NoSupportingRuntime"
+    assert "No runtime found to support specified framework/version" in error.message
     assert "the previous spec was restored and is Ready again" in error.message
-    assert "compatibility" in (error.hint or "")
+    assert "no ServingRuntime supports" in (error.hint or "")
     assert restored == ["alias"]
     assert [e.event.rsplit(".", 1)[1] for e in seen] == ["applied", "not-ready", "rolled-back"]
     obj = await live(deployer)
     assert obj is not None
-    assert obj["spec"]["predictor"]["model"]["storageUri"].endswith("/m-1/artifacts")
+    model = obj["spec"]["predictor"]["model"]
+    assert model["storageUri"].endswith("/m-1/artifacts")
+    assert model["modelFormat"] == {"name": "mlflow"}
     annotations = obj["metadata"]["annotations"]
-    assert "testbed.kubedl-prefect.io/never-ready" not in annotations
     assert annotations["kubedl-prefect.io/model-uri"] == "models:/fraud/1"
     assert ANNOTATION_PREVIOUS not in annotations
     assert json.loads(annotations[ANNOTATION_APPLIED])["spec"] == obj["spec"]
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions["Ready"] == "True"
+    assert obj["status"]["clusterServingRuntimeName"] == "kserve-mlserver"
 
 
-async def test_a_timeout_rolls_back_too(deployer: InferenceServiceDeployer) -> None:
+async def test_a_rollout_that_never_completes_times_out_and_rolls_back(
+    deployer: InferenceServiceDeployer,
+) -> None:
+    # KServe keeps Ready True from the old pods while the new ones cannot be scheduled: the
+    # rollout check sees that the current predictor has no Ready pod.
     await deployer.deploy(service("1"), timeout_s=60)
-    slow = service("2", annotations={"testbed.kubedl-prefect.io/ready-delay": "120s"})
     with pytest.raises(InferenceServiceNotReadyError) as caught:
-        await deployer.deploy(slow, timeout_s=3)
+        await deployer.deploy(service("2", **UNSCHEDULABLE), timeout_s=15)
     assert caught.value.timed_out
     assert caught.value.rolled_back
-    assert caught.value.reason == "Reconciling"
+    assert caught.value.reason == "RollingOut"
+    assert "Unschedulable" in caught.value.message
+    assert "old ones kept serving" in (caught.value.hint or "")
+    assert "the previous spec was restored and is Ready again" in caught.value.message
     obj = await live(deployer)
     assert obj is not None
     assert obj["spec"]["predictor"]["model"]["storageUri"].endswith("/m-1/artifacts")
+    assert "resources" not in obj["spec"]["predictor"]["model"]
 
 
 async def test_a_first_deployment_that_fails_leaves_nothing_behind(
     deployer: InferenceServiceDeployer,
 ) -> None:
     with pytest.raises(InferenceServiceNotReadyError) as caught:
-        await deployer.deploy(service("1", annotations=NEVER_READY), timeout_s=60)
+        await deployer.deploy(service("1", **UNSUPPORTED), timeout_s=60)
     assert caught.value.rolled_back
+    assert caught.value.reason == "NoSupportingRuntime"
     assert "the new service was deleted" in caught.value.message
     for _ in range(50):
         if await live(deployer) is None:

@@ -1,5 +1,5 @@
 """The test bed itself, through its real API server: components, nodes, kwok stages, CRDs, RBAC,
-pod logs, and restarts of its components.
+the KServe controller, pod logs, and restarts of its components.
 
 Pods and InferenceServices are driven by the test bed's kwok stages through annotations
 (``testbed.kubedl-prefect.io/...``); the client is ``kubernetes_asyncio`` loaded from the
@@ -26,9 +26,10 @@ from kubernetes_asyncio import client, config, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import content
+from kubedl_prefect.testbed import content, kserve
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import CONTROL_PLANE_AFTER_CRDS, Testbed
+from tests.integration.test_serving_rollout import short_namespace
 
 pytestmark = [
     pytest.mark.integration,
@@ -155,6 +156,12 @@ def test_every_component_is_up_and_healthy(testbed: Testbed) -> None:
         "kwok",
     ]
     assert all(c.pid and c.running and c.healthy for c in state.components)
+    assert names[-4:] == [
+        "volcano-scheduler",
+        "kubedl-operator",
+        "training-operator",
+        "kserve-controller",
+    ]
     assert state.rss_bytes > 0
 
 
@@ -193,8 +200,8 @@ def _listening_addresses(pid: int) -> set[str]:
 
 
 def test_every_component_listens_on_loopback_only(testbed: Testbed) -> None:
-    # Every process of the test bed, operators included (KubeDL's --metrics-addr and the
-    # Kubeflow webhook server bind every interface unless the build patches them).
+    # Every process of the test bed, operators included (KubeDL's --metrics-addr, the Kubeflow
+    # and KServe webhook servers bind every interface unless the build patches them).
     seen = {}
     for component in testbed.status().components:
         assert component.pid is not None, component
@@ -205,6 +212,9 @@ def test_every_component_listens_on_loopback_only(testbed: Testbed) -> None:
     ports = testbed.layout.ports
     assert f"127.0.0.1:{ports.apiserver}" in seen["kube-apiserver"]
     assert f"127.0.0.1:{ports.etcd_client}" in seen["kube-apiserver"]
+    # KServe's webhook server: its host is patched in at build time.
+    webhook = ports.offset(kserve.PORT_OFFSETS["kserve-webhook"])
+    assert f"127.0.0.1:{webhook}" in seen["kserve-controller"]
 
 
 async def test_nodes_offer_gpus_and_are_ready(admin_kubeconfig: Path, testbed: Testbed) -> None:
@@ -332,19 +342,23 @@ async def test_pod_asking_more_gpus_than_any_node_has_stays_pending(
     assert later.spec.node_name is None
 
 
-# -- InferenceServices through the kwok stages -------------------------------------------------
+# -- InferenceServices through the real KServe controller ---------------------------------------
 
 ISVC = ("serving.kserve.io", "v1beta1", "inferenceservices")
 
 
-def isvc_manifest(name: str, annotations: dict[str, str] | None = None) -> Obj:
+def isvc_manifest(name: str, model_format: str = "mlflow") -> Obj:
     return {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {"name": name, "annotations": annotations or {}},
+        "metadata": {"name": name, "annotations": {"serving.kserve.io/deploymentMode": "Standard"}},
         "spec": {
             "predictor": {
-                "model": {"modelFormat": {"name": "pytorch"}, "storageUri": "s3://models/mnist/1"}
+                "model": {
+                    "modelFormat": {"name": model_format},
+                    "protocolVersion": "v2",
+                    "storageUri": "s3://models/mnist/1",
+                }
             }
         },
     }
@@ -357,7 +371,25 @@ def condition(obj: Obj, kind: str) -> str | None:
     return None
 
 
-async def test_inference_service_becomes_ready(admin_kubeconfig: Path, namespace: str) -> None:
+def test_the_kserve_controller_runs_supervised(testbed: Testbed) -> None:
+    (entry,) = [c for c in testbed.status().components if c.name == "kserve-controller"]
+    assert entry.running
+    assert entry.healthy
+    log = entry.log.read_text()
+    assert "Starting workers" in log
+    assert '"controller":"inferenceservice"' in log
+
+
+@pytest.fixture
+def isvc_namespace(testbed: Testbed) -> Iterator[str]:
+    # KServe's predictor host name <name>-predictor-<namespace> must fit 63 characters.
+    yield from short_namespace(testbed)
+
+
+async def test_kserve_reconciles_an_inference_service_into_pods_kwok_runs(
+    admin_kubeconfig: Path, isvc_namespace: str
+) -> None:
+    namespace = isvc_namespace
     group, version, plural = ISVC
     async with connect(admin_kubeconfig) as api:
         custom = client.CustomObjectsApi(api)
@@ -372,22 +404,44 @@ async def test_inference_service_becomes_ready(admin_kubeconfig: Path, namespace
             plural,
             name="mnist",
             predicate=lambda o: condition(o, "Ready") == "True",
+            timeout_s=90,
         )
+        deployment = await client.AppsV1Api(api).read_namespaced_deployment(
+            "mnist-predictor", namespace
+        )
+        pods = await client.CoreV1Api(api).list_namespaced_pod(
+            namespace, label_selector="serving.kserve.io/inferenceservice=mnist"
+        )
+    status = ready["status"]
     for kind in ("PredictorReady", "IngressReady"):
         assert condition(ready, kind) == "True"
-    assert ready["status"]["url"] == f"http://mnist-{namespace}.example.com"
-    assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
-    assert ready["status"]["components"]["predictor"]["latestReadyRevision"]
+    assert status["url"] == f"http://mnist-{namespace}.example.com"
+    assert status["address"]["url"] == f"http://mnist-predictor.{namespace}.svc.cluster.local"
+    assert status["clusterServingRuntimeName"] == "kserve-mlserver"
+    assert status["deploymentMode"] == "Standard"
+    assert status["modelStatus"]["states"]["activeModelState"] == "Loaded"
+    assert deployment.status.available_replicas == 1
+    (pod,) = pods.items
+    assert pod.spec.node_name.startswith(content.NODE_PREFIX)
+    assert pod.status.phase == "Running"
+    assert pod.spec.containers[0].image == "docker.io/seldonio/mlserver:1.7.1"
 
 
-async def test_never_ready_inference_service_stays_not_ready(
-    admin_kubeconfig: Path, namespace: str
+async def test_a_format_no_runtime_supports_is_reported_as_kserve_reports_it(
+    admin_kubeconfig: Path, isvc_namespace: str
 ) -> None:
+    namespace = isvc_namespace
     group, version, plural = ISVC
-    manifest = isvc_manifest("broken", {content.NEVER_READY: "true"})
     async with connect(admin_kubeconfig) as api:
         custom = client.CustomObjectsApi(api)
-        await custom.create_namespaced_custom_object(group, version, namespace, plural, manifest)
+        await custom.create_namespaced_custom_object(
+            group, version, namespace, plural, isvc_manifest("broken", "keras")
+        )
+
+        def failed(obj: Obj) -> bool:
+            failure = obj.get("status", {}).get("modelStatus", {}).get("lastFailureInfo", {})
+            return failure.get("reason") == "NoSupportingRuntime"
+
         await wait_for(
             custom.list_namespaced_custom_object,
             group,
@@ -395,15 +449,21 @@ async def test_never_ready_inference_service_stays_not_ready(
             namespace,
             plural,
             name="broken",
-            predicate=lambda o: condition(o, "Ready") == "False",
+            predicate=failed,
+            timeout_s=60,
         )
-        await asyncio.sleep(3)  # longer than the ready stage's delay
+        await asyncio.sleep(3)  # nothing else marks it Ready (no kwok stage for them)
         later = await custom.get_namespaced_custom_object(
             group, version, namespace, plural, "broken"
         )
-    assert condition(later, "Ready") == "False"
-    assert condition(later, "PredictorReady") == "False"
+        deployments = await client.AppsV1Api(api).list_namespaced_deployment(namespace)
+    model = later["status"]["modelStatus"]
+    assert model["transitionStatus"] == "InvalidSpec"
+    assert model["states"]["targetModelState"] == "FailedToLoad"
+    assert condition(later, "Ready") == "Unknown"
     assert "url" not in later["status"]
+    assert "clusterServingRuntimeName" not in later["status"]
+    assert not deployments.items
 
 
 # -- CRD schemas and RBAC ----------------------------------------------------------------------

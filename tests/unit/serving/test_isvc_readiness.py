@@ -1,4 +1,4 @@
-"""Readiness decisions on statuses as the test bed's kwok stages and the real KServe write them."""
+"""Readiness decisions on statuses as the real KServe controller (v0.20) writes them."""
 
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ def conditions(**states: str | tuple[str, str, str]) -> list[dict[str, str]]:
     return out
 
 
-# What the test bed's testbed-isvc-ready stage writes (kubedl_prefect/testbed/stages).
-KWOK_READY = isvc(
+# What KServe v0.20 writes in Standard mode once the predictor's Deployment is Available.
+STANDARD_READY = isvc(
     observedGeneration=2,
     url="http://fraud-ml.example.com",
     modelStatus={
@@ -36,8 +36,8 @@ KWOK_READY = isvc(
     },
     conditions=conditions(IngressReady="True", PredictorReady="True", Ready="True"),
 )
-# What testbed-isvc-never-ready writes.
-KWOK_NEVER_READY = isvc(
+# A Knative-mode revision that failed (what KServe writes from the Knative Service).
+REVISION_FAILED = isvc(
     modelStatus={
         "states": {"activeModelState": "", "targetModelState": "FailedToLoad"},
         "transitionStatus": "BlockedByFailedLoad",
@@ -66,7 +66,8 @@ AFTER_APPLY = Applied(generation=2, resource_version="19", changed=True)
 
 def test_a_ready_service_reports_its_url_and_runtime() -> None:
     ready = dict(
-        KWOK_READY, status={**KWOK_READY["status"], "clusterServingRuntimeName": "kserve-mlserver"}
+        STANDARD_READY,
+        status={**STANDARD_READY["status"], "clusterServingRuntimeName": "kserve-mlserver"},
     )
     state = readiness(ready, [], AFTER_APPLY)
     assert state.state is ServingState.READY
@@ -76,7 +77,7 @@ def test_a_ready_service_reports_its_url_and_runtime() -> None:
 
 @pytest.mark.parametrize(
     ("obj", "reason"),
-    [(KWOK_NEVER_READY, "ModelLoadFailed"), (NO_RUNTIME, "NoSupportingRuntime")],
+    [(REVISION_FAILED, "ModelLoadFailed"), (NO_RUNTIME, "NoSupportingRuntime")],
 )
 def test_a_model_that_will_not_load_fails_at_once(obj: dict[str, Any], reason: str) -> None:
     state = readiness(obj, [], AFTER_APPLY)
@@ -93,8 +94,8 @@ def test_a_ready_condition_contradicted_by_the_model_status_is_a_failure() -> No
 
 def test_a_status_older_than_our_apply_is_not_trusted() -> None:
     # The informer still holds generation 1, or holds our own write and nothing after it.
-    old = isvc(generation=1, rv="18", **KWOK_READY["status"])
-    ours = isvc(generation=2, rv="19", **KWOK_READY["status"])
+    old = isvc(generation=1, rv="18", **STANDARD_READY["status"])
+    ours = isvc(generation=2, rv="19", **STANDARD_READY["status"])
     for obj in (old, ours):
         state = readiness(obj, [], AFTER_APPLY)
         assert state.state is ServingState.PENDING
@@ -177,7 +178,7 @@ def test_unschedulable_pods_are_the_reason_while_pending() -> None:
 
 
 def test_a_recovered_model_is_ready_although_its_last_failure_stays_recorded() -> None:
-    # kwok's Ready stage merges its modelStatus over the never-ready one: lastFailureInfo stays.
+    # KServe keeps lastFailureInfo after the model loaded again.
     recovered = isvc(
         modelStatus={
             "states": {"activeModelState": "Loaded", "targetModelState": "Loaded"},
@@ -187,3 +188,50 @@ def test_a_recovered_model_is_ready_although_its_last_failure_stays_recorded() -
         conditions=conditions(IngressReady="True", PredictorReady="True", Ready="True"),
     )
     assert readiness(recovered, [], AFTER_APPLY).state is ServingState.READY
+
+
+def test_ready_needs_the_model_status_to_agree() -> None:
+    ready = conditions(IngressReady="True", PredictorReady="True", Ready="True")
+    loading = isvc(
+        modelStatus={
+            "states": {"activeModelState": "", "targetModelState": "Pending"},
+            "transitionStatus": "InProgress",
+        },
+        conditions=ready,
+    )
+    state = readiness(loading, [], AFTER_APPLY)
+    assert state.state is ServingState.PENDING
+    assert state.reason == "ModelPending"
+    in_progress = isvc(modelStatus={"transitionStatus": "InProgress"}, conditions=ready)
+    assert readiness(in_progress, [], AFTER_APPLY).reason == "InProgress"
+    # A controller that reports no model status at all is trusted on its Ready condition.
+    assert readiness(isvc(conditions=ready), [], AFTER_APPLY).state is ServingState.READY
+
+
+def labelled(version: str, *, ready: bool, deleting: bool = False) -> dict[str, Any]:
+    made = pod(phase="Running", conditions=[{"type": "Ready", "status": str(ready)}])
+    made["metadata"]["labels"]["kubedl-prefect.io/model-version"] = version
+    made["metadata"]["name"] = f"fraud-predictor-{version}-{ready}"
+    if deleting:
+        made["metadata"]["deletionTimestamp"] = "2026-12-01T10:00:00Z"
+    return made
+
+
+def test_ready_waits_for_the_pods_of_the_current_predictor() -> None:
+    # Standard mode: Ready stays True from the old ReplicaSet while the new one rolls out.
+    service = dict(
+        STANDARD_READY, spec={"predictor": {"labels": {"kubedl-prefect.io/model-version": "2"}}}
+    )
+    old = labelled("1", ready=True)
+    rolling = readiness(service, [old, labelled("2", ready=False)], AFTER_APPLY)
+    assert rolling.state is ServingState.PENDING
+    assert rolling.reason == "RollingOut"
+    assert rolling.message == "0 of 1 pods of the current predictor are Ready"
+    # Not a single pod of the new spec yet: the rollout has not started.
+    assert readiness(service, [old], AFTER_APPLY).reason == "RollingOut"
+    done = readiness(
+        service, [labelled("1", ready=False, deleting=True), labelled("2", ready=True)], AFTER_APPLY
+    )
+    assert done.state is ServingState.READY
+    # Pods not looked at: the conditions decide.
+    assert readiness(service, [], AFTER_APPLY).state is ServingState.READY

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import pytest
@@ -15,6 +16,7 @@ from kubedl_prefect.serving.render import (
     render_inference_service,
 )
 from kubedl_prefect.serving.spec import (
+    Canary,
     DeploymentMode,
     InferenceServiceSpec,
     ModelLink,
@@ -87,7 +89,18 @@ def test_the_manifest_has_what_kserve_needs_for_an_mlflow_model() -> None:
     ],
     ids=["full", "minimal", "knative-canary", "pytorch-v1"],
 )
-def test_manifests_pass_kserves_crd_schema_strictly(service: InferenceServiceSpec) -> None:
+@pytest.mark.parametrize(
+    "canary",
+    [None, Canary("s3://ml-artifacts/3/models/m-cd34/artifacts", 25, link=LINK)],
+    ids=["", "standard-canary"],
+)
+def test_manifests_pass_kserves_crd_schema_strictly(
+    service: InferenceServiceSpec, canary: Canary | None
+) -> None:
+    if canary is not None:
+        if service.deployment_mode is not DeploymentMode.STANDARD:
+            return  # refused, see test_a_standard_canary_is_refused_where_kserve_refuses_it
+        service = dataclasses.replace(service, canary=canary)
     assert inference_service_schema().errors(render_inference_service(service)) == []
 
 
@@ -116,6 +129,57 @@ def test_canary_is_knative_only_never_silently_ignored() -> None:
     (issue,) = caught.value.issues
     assert issue.path == "canaryTrafficPercent"
     assert "ignores canaryTrafficPercent in Standard mode" in issue.problem
+    assert "canary=Canary(" in issue.fix
+
+
+def test_a_standard_canary_is_kserves_spec_canary_next_to_the_stable_model() -> None:
+    candidate = ModelLink("team/fraud detector", "8", "ml", "fraud-x7k2m9q4ab3c-a3", "1a2b")
+    service = dataclasses.replace(
+        FULL, canary=Canary("s3://ml-artifacts/3/models/m-cd34/artifacts", 25, link=candidate)
+    )
+    manifest = render_inference_service(service)
+    stable = manifest["spec"]["predictor"]
+    assert stable["model"]["storageUri"] == "s3://ml-artifacts/3/models/m-ab12/artifacts"
+    (entry,) = manifest["spec"]["canary"]
+    assert entry["trafficPercent"] == 25
+    predictor = entry["predictor"]
+    assert predictor["name"] == "canary"
+    assert predictor["model"] == {
+        **stable["model"],
+        "name": "kserve-container",
+        "storageUri": "s3://ml-artifacts/3/models/m-cd34/artifacts",
+    }
+    assert predictor["labels"][LABEL_MODEL_VERSION] == "8"
+    assert predictor["labels"][LABEL_TRAINING_JOB] == "fraud-x7k2m9q4ab3c-a3"
+    assert stable["labels"][LABEL_MODEL_VERSION] == "7"
+    # Without a link of its own, the candidate's pods carry the service's.
+    unlinked = dataclasses.replace(FULL, canary=Canary("s3://b/m2", 10))
+    labels = render_inference_service(unlinked)["spec"]["canary"][0]["predictor"]["labels"]
+    assert labels[LABEL_MODEL_VERSION] == "7"
+
+
+def test_a_standard_canary_is_refused_where_kserve_refuses_it() -> None:
+    bad = InferenceServiceSpec(
+        name="f",
+        storage_uri="s3://b/m",
+        deployment_mode=DeploymentMode.KNATIVE,
+        canary=Canary("models:/f/2", 120, name="Canary_1"),
+        canary_traffic_percent=5,
+    )
+    paths = sorted(issue.path for issue in bad.issues())
+    assert paths == [
+        "canary",
+        "canary",
+        "canary.predictor.model.storageUri",
+        "canary.predictor.name",
+        "canary.trafficPercent",
+    ]
+    long_name = InferenceServiceSpec(
+        name="f" * 50, storage_uri="s3://b/m", canary=Canary("s3://b/m2", 5, name="c" * 5)
+    )
+    (issue,) = long_name.issues()
+    assert issue.path == "canary.predictor.name"
+    assert "-<name>-predictor" in issue.problem
 
 
 def test_the_mode_annotation_cannot_be_overridden_by_user_annotations() -> None:
@@ -162,3 +226,18 @@ def test_label_values_are_valid_kubernetes_label_values() -> None:
     assert label_value("a" * 70) != label_value("a" * 71)
     assert len(label_value("a" * 70)) <= 63
     assert label_value("-x.") == "x"
+
+
+def test_a_predictor_host_name_longer_than_a_dns_label_is_refused() -> None:
+    # KServe's predictor host is <name>-predictor-<namespace>; too long fails every reconcile.
+    service = InferenceServiceSpec(name="fraud", storage_uri="s3://b/m")
+    namespace = "n" * 48  # fraud-predictor- is 16 characters: 64 in all
+    with pytest.raises(InferenceServiceSpecError) as caught:
+        render_inference_service(service, namespace=namespace)
+    (issue,) = caught.value.issues
+    assert issue.path == "name"
+    assert "64 characters" in issue.problem
+    assert render_inference_service(service, namespace="n" * 47)["metadata"]["namespace"]
+    canary = dataclasses.replace(service, canary=Canary("s3://b/m2", 10))
+    assert [i.path for i in canary.issues("n" * 41)] == ["name"]  # fraud-canary-predictor-: 23
+    assert canary.issues("n" * 40) == []

@@ -9,7 +9,8 @@ import pytest
 
 from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import build
-from kubedl_prefect.testbed.build import GoBinary
+from kubedl_prefect.testbed.build import GoBinary, SourcePatch
+from kubedl_prefect.testbed.upstream import GoModule
 
 
 def _module(root: Path, body: str = "func main() {}\n") -> Path:
@@ -154,3 +155,34 @@ def test_a_source_patch_that_no_longer_applies_fails_loudly(cache: Path, tmp_pat
     with pytest.raises(TestbedError, match="found it 2 times"):
         build.apply_patch("a a", build.SourcePatch("m", "f", "a", "c", "r"))
     assert build.apply_patch("a b", build.SourcePatch("m", "f", "a", "c", "r")) == "c b"
+
+
+def test_an_upstream_module_is_built_inside_a_patched_copy_of_itself(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A published module with replace directives is built from its own source (KServe's case):
+    # only what go build reads is copied, patched there; the module cache stays untouched.
+    source = _module(tmp_path / "upstream", 'func main() { println("0.0.0.0") }\n')
+    (source / "docs").mkdir()
+    (source / "docs" / "big.md").write_text("not Go\n")
+    module = GoModule("example.org/upstream", "v1.2.3")
+    monkeypatch.setattr(build, "module_dir", lambda m: source if m == module else None)
+    binary = GoBinary(
+        "upstream-tool",
+        module,
+        ".",
+        env=(("CGO_ENABLED", "0"),),
+        patches=(SourcePatch(module.path, "main.go", "0.0.0.0", "127.0.0.1", "loopback"),),
+    )
+    path = build.build(binary)
+    ran = subprocess.run([path], capture_output=True, text=True, check=False)
+    assert ran.stderr.strip() == "127.0.0.1"
+    copy = build.source_copy_dir(binary)
+    assert copy.is_relative_to(cache)
+    assert sorted(p.name for p in copy.rglob("*") if p.is_file()) == ["go.mod", "main.go"]
+    assert "0.0.0.0" in (source / "main.go").read_text()
+    log = build.build_log_path(binary).read_text()
+    assert "# patched example.org/upstream/main.go: loopback" in log
+    # Its version is its content: another version is another binary.
+    other = GoBinary("upstream-tool", GoModule(module.path, "v1.2.4"), ".")
+    assert build.inputs_hash(other) != build.inputs_hash(binary)
