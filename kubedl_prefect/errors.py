@@ -35,7 +35,8 @@ Tree::
     │   └── ModelVersionNotReadyError  a version's registration failed or took too long
     └── ServingError                   the inference service could not be deployed
         ├── InferenceServiceSpecError  an InferenceService description is invalid
-        └── InferenceServiceNotReadyError  it did not become Ready (and was rolled back)
+        ├── InferenceServiceNotReadyError  it did not become Ready (and was rolled back)
+        └── LocalServerError           the local model server did not install, start or answer
 
 Errors travel: Prefect keeps a failed task's exception in its state, and results cross processes,
 so every error pickles with all it carries (message, hint, ``retryable``, its typed fields, a
@@ -615,3 +616,19 @@ class OperatorNotInstalledError(NotFoundError):
     ):
         super().__init__(message, status=status, reason=reason, hint=hint)
         self.diagnosis = diagnosis
+
+
+class LocalServerError(ServingError):
+    """The local model server could not be installed, started or asked for a prediction.
+
+    Raised by :mod:`kubedl_prefect.serving.local`: its environment is missing or could not be
+    built, the server exited or did not become ready in time (the message ends with the tail of
+    its log), or it answered a prediction with an error.
+
+    Args:
+        log_tail: The last lines of the server's log, when there is one.
+    """
+
+    def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None):
+        super().__init__(message, hint=hint)
+        self.log_tail = log_tail

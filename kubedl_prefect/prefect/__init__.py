@@ -9,6 +9,10 @@ Everything a flow needs, importable from here::
     def nightly() -> None:
         run_training_job(TrainingJob.load("mnist"))
 
+The model chain (register, gate, resolve, serve) has its blocks in
+:mod:`~kubedl_prefect.prefect.model_blocks` and its tasks in
+:mod:`~kubedl_prefect.prefect.registry_tasks` and :mod:`~kubedl_prefect.prefect.serving_tasks`.
+
 Names are loaded on first use. The blocks register with a Prefect server through the
 ``prefect.collections`` entry point (:mod:`kubedl_prefect.prefect.blocks`) or with
 ``prefect block register -m kubedl_prefect.prefect.blocks``. See ``docs/prefect.md``.
@@ -22,9 +26,12 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     # blocks
     "KubernetesCluster": "kubedl_prefect.prefect.blocks",
+    "LocalCluster": "kubedl_prefect.prefect.blocks",
     "TrainingJob": "kubedl_prefect.prefect.blocks",
     "RetrySettings": "kubedl_prefect.prefect.blocks",
     "WaitSettings": "kubedl_prefect.prefect.blocks",
+    "MlflowRegistry": "kubedl_prefect.prefect.model_blocks",
+    "KServeServing": "kubedl_prefect.prefect.model_blocks",
     # runs and results
     "TrainingJobRun": "kubedl_prefect.prefect.runs",
     "SyncTrainingJobRun": "kubedl_prefect.prefect.runs",
@@ -46,6 +53,19 @@ _EXPORTS: dict[str, str] = {
     "cancel_training_job": "kubedl_prefect.prefect.tasks",
     "acancel_training_job": "kubedl_prefect.prefect.tasks",
     "retry_if_retryable": "kubedl_prefect.prefect.tasks",
+    # model registry and serving tasks
+    "start_model_run": "kubedl_prefect.prefect.registry_tasks",
+    "astart_model_run": "kubedl_prefect.prefect.registry_tasks",
+    "register_model": "kubedl_prefect.prefect.registry_tasks",
+    "aregister_model": "kubedl_prefect.prefect.registry_tasks",
+    "resolve_model_version": "kubedl_prefect.prefect.registry_tasks",
+    "aresolve_model_version": "kubedl_prefect.prefect.registry_tasks",
+    "gate_model_version": "kubedl_prefect.prefect.registry_tasks",
+    "agate_model_version": "kubedl_prefect.prefect.registry_tasks",
+    "render_inference_service": "kubedl_prefect.prefect.serving_tasks",
+    "arender_inference_service": "kubedl_prefect.prefect.serving_tasks",
+    "deploy_inference_service": "kubedl_prefect.prefect.serving_tasks",
+    "adeploy_inference_service": "kubedl_prefect.prefect.serving_tasks",
     # clean-up
     "CLEANUP_HOOKS": "kubedl_prefect.prefect.cleanup",
     "delete_jobs_on_cancellation": "kubedl_prefect.prefect.cleanup",
@@ -61,7 +81,10 @@ __all__ = [
     "CLEANUP_HOOKS",
     "AttemptSummary",
     "JobEvent",
+    "KServeServing",
     "KubernetesCluster",
+    "LocalCluster",
+    "MlflowRegistry",
     "RetrySettings",
     "SyncTrainingJobRun",
     "TrainingJob",
@@ -69,8 +92,14 @@ __all__ = [
     "TrainingResult",
     "WaitSettings",
     "acancel_training_job",
+    "adeploy_inference_service",
+    "agate_model_version",
+    "aregister_model",
+    "arender_inference_service",
     "arender_training_job",
+    "aresolve_model_version",
     "arun_training_job",
+    "astart_model_run",
     "asubmit_training_job",
     "avalidate_training_job",
     "await_for_admission",
@@ -79,11 +108,17 @@ __all__ = [
     "delete_flow_run_jobs",
     "delete_jobs_on_cancellation",
     "delete_jobs_on_crash",
+    "deploy_inference_service",
+    "gate_model_version",
+    "register_model",
+    "render_inference_service",
     "render_training_job",
+    "resolve_model_version",
     "retry_if_retryable",
     "rollback_training_job",
     "run_training_job",
     "schedule_slot_key",
+    "start_model_run",
     "submit_training_job",
     "validate_training_job",
     "wait_for_admission",
@@ -93,6 +128,7 @@ __all__ = [
 if TYPE_CHECKING:
     from kubedl_prefect.prefect.blocks import (
         KubernetesCluster,
+        LocalCluster,
         RetrySettings,
         TrainingJob,
         WaitSettings,
@@ -106,8 +142,25 @@ if TYPE_CHECKING:
     )
     from kubedl_prefect.prefect.context import schedule_slot_key
     from kubedl_prefect.prefect.events import JobEvent
+    from kubedl_prefect.prefect.model_blocks import KServeServing, MlflowRegistry
+    from kubedl_prefect.prefect.registry_tasks import (
+        agate_model_version,
+        aregister_model,
+        aresolve_model_version,
+        astart_model_run,
+        gate_model_version,
+        register_model,
+        resolve_model_version,
+        start_model_run,
+    )
     from kubedl_prefect.prefect.results import AttemptSummary, TrainingResult
     from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
+    from kubedl_prefect.prefect.serving_tasks import (
+        adeploy_inference_service,
+        arender_inference_service,
+        deploy_inference_service,
+        render_inference_service,
+    )
     from kubedl_prefect.prefect.tasks import (
         acancel_training_job,
         arender_training_job,

@@ -15,6 +15,12 @@ run and task run:
 
 The builders are pure; :class:`ArtifactWriter` sends through Prefect's client (one request per
 create or update) and counts its requests.
+
+The model chain adds two markdown artifacts, written by its tasks: ``<model>-registration``
+(:func:`registration_markdown`: the version, its lineage, the gate's decision with both values)
+and ``<service>-serving`` (:func:`serving_markdown`: the InferenceService, its ``storageUri``, the
+runtime KServe chose and the URL, or the rollback and its reason, or the manifest rendered
+without being applied).
 """
 
 from __future__ import annotations
@@ -25,11 +31,27 @@ import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from kubedl_prefect.lifecycle.replicas import ReplicaState
 from kubedl_prefect.prefect.results import TrainingResult
+from kubedl_prefect.registry.gate import GateDecision
+from kubedl_prefect.registry.lineage import (
+    TAG_ATTEMPT,
+    TAG_FLOW_RUN,
+    TAG_IMAGE,
+    TAG_JOB_NAME,
+    TAG_JOB_UID,
+    TAG_NAMESPACE,
+    TAG_SPEC_HASH,
+    recorded_metrics,
+)
+
+if TYPE_CHECKING:
+    from kubedl_prefect.errors import InferenceServiceNotReadyError
+    from kubedl_prefect.registry.mlflow_registry import RegisteredVersion, ResolvedModel
+    from kubedl_prefect.serving.deploy import ServingOutcome
 
 REPLICA_COLUMNS = ("role", "index", "pod", "node", "phase", "restarts")
 """The replica table's columns, in order."""
@@ -269,3 +291,137 @@ class ArtifactWriter:
             summary_markdown(result),
             f"Summary of training job `{result.spec_name}`",
         )
+
+
+# -- the model chain ------------------------------------------------------------------------
+
+
+def _value(value: float | None) -> str:
+    return "—" if value is None else f"{value:g}"
+
+
+def registration_markdown(
+    version: RegisteredVersion,
+    decision: GateDecision | None = None,
+    resolved: ResolvedModel | None = None,
+) -> str:
+    """The markdown summary of a registration: the version, its lineage, the gate's decision.
+
+    Example:
+        >>> from kubedl_prefect.registry.gate import GateDecision
+        >>> from kubedl_prefect.registry.mlflow_registry import RegisteredVersion
+        >>> version = RegisteredVersion("fraud", "3", "models:/m-ab", "r1", "m-ab", "READY",
+        ...                             {"kubedl-prefect.io/job-name": "fraud-x-a1"})
+        >>> text = registration_markdown(version, GateDecision(
+        ...     "fraud", "champion", "3", "2", "accuracy", 0.93, 0.9, True, "better"))
+        >>> "promoted" in text and "0.93" in text and "fraud-x-a1" in text
+        True
+    """
+    tags = version.tags
+    if decision is None:
+        outcome = "registered"
+    else:
+        outcome = "promoted" if decision.promoted else "not promoted"
+    lines = [
+        f"# Model `{version.model_name}` version {version.version}: {outcome}",
+        "",
+        f"`{version.model_uri}`"
+        + ("" if version.created else " — found: an earlier try of this step had made it")
+        + ".",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| status | {version.status} |",
+        f"| source | `{_cell(version.source)}` |",
+        f"| run | `{version.run_id or '—'}` |",
+        f"| training job | `{tags.get(TAG_NAMESPACE, '?')}/{tags.get(TAG_JOB_NAME, '?')}` "
+        f"(uid `{tags.get(TAG_JOB_UID, '?')}`, attempt {tags.get(TAG_ATTEMPT, '?')}) |",
+        f"| image | {_cell(tags.get(TAG_IMAGE, '—'))} |",
+        f"| spec hash | `{tags.get(TAG_SPEC_HASH, '—')}` |",
+        f"| flow run | `{tags.get(TAG_FLOW_RUN, '—')}` |",
+    ]
+    if resolved is not None:
+        lines.append(f"| storageUri | `{_cell(resolved.storage_uri)}` |")
+    metrics = recorded_metrics(tags)
+    if metrics:
+        lines.append(
+            "| metrics | " + ", ".join(f"{k} {v:g}" for k, v in sorted(metrics.items())) + " |"
+        )
+    if decision is not None:
+        champion = (
+            f"{_value(decision.champion_value)} (version {decision.champion_version})"
+            if decision.champion_version is not None
+            else "— (no champion)"
+        )
+        lines += [
+            "",
+            f"## Gate on `{decision.metric}` (alias `{decision.alias}`)",
+            "",
+            "| candidate | champion | decision | why |",
+            "| --- | --- | --- | --- |",
+            f"| {_value(decision.candidate_value)} (version {decision.candidate_version}) "
+            f"| {champion} | {'promoted' if decision.promoted else 'rejected'} "
+            f"| {_cell(decision.reason)} |",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def serving_markdown(
+    *,
+    name: str,
+    namespace: str,
+    storage_uri: str,
+    requested_runtime: str | None = None,
+    outcome: ServingOutcome | None = None,
+    error: InferenceServiceNotReadyError | None = None,
+    manifest: dict[str, Any] | None = None,
+    note: str = "",
+) -> str:
+    """The markdown summary of serving: Ready (URL, runtime), rolled back (reason), or rendered.
+
+    Example:
+        >>> text = serving_markdown(name="fraud", namespace="ml", storage_uri="s3://b/m",
+        ...                         manifest={"kind": "InferenceService"}, note="serve=none")
+        >>> "not applied" in text and "kind: InferenceService" in text
+        True
+    """
+    import yaml
+
+    if outcome is not None:
+        title = "Ready"
+    elif error is not None:
+        title = "rolled back" if error.rolled_back else "not Ready"
+    else:
+        title = "rendered, not applied"
+    lines = [
+        f"# InferenceService `{namespace}/{name}`: {title}",
+        "",
+        "| | |",
+        "| --- | --- |",
+        f"| storageUri | `{_cell(storage_uri)}` |",
+        f"| runtime asked for | {_cell(requested_runtime or '(KServe chooses)')} |",
+    ]
+    if outcome is not None:
+        lines += [
+            f"| runtime chosen | {_cell(outcome.runtime or '(not reported)')} |",
+            f"| URL | {_cell(outcome.url or '(none yet)')} |",
+            f"| generation | {outcome.generation} |",
+            f"| spec changed | {'yes' if outcome.changed else 'no: it was serving already'} |",
+        ]
+    if error is not None:
+        lines += [
+            f"| reason | {_cell(error.reason)} |",
+            f"| timed out | {'yes' if error.timed_out else 'no'} |",
+            f"| rolled back | {'yes' if error.rolled_back else 'no'} |",
+            "",
+            f"**What happened**: {_cell(error.message)}",
+            "",
+            f"What to do: {_cell(error.hint or '')}",
+        ]
+    if note:
+        lines += ["", _cell(note)]
+    if manifest is not None:
+        lines += ["", "## Manifest", "", "```yaml", yaml.safe_dump(manifest, sort_keys=False)]
+        lines[-1] = lines[-1].rstrip("\n")
+        lines.append("```")
+    return "\n".join(lines) + "\n"

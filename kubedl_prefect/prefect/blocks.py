@@ -6,12 +6,17 @@ and the default namespace. Secrets are :class:`pydantic.SecretStr` fields: Prefe
 encrypted, shows them as ``********`` in the UI and the API, and they reach the Kubernetes layer
 only as :mod:`kubedl_prefect.kube.credentials` objects, whose ``repr`` hides them too.
 
+:class:`LocalCluster` is its local twin, the embedded default: this machine, whose backend runs
+each replica as a local process (:class:`~kubedl_prefect.lifecycle.local.LocalBackend`). Both
+have ``backend()``, the one method the training job block and the tasks call, so a flow runs on
+either with only the block changed.
+
 :class:`TrainingJob` is a :class:`prefect.blocks.abstract.JobBlock`: the spec (inline, or a spec
 file read where the flow runs), the cluster, the operator dialect, the retry policy and the wait
 timeouts. :meth:`TrainingJob.trigger` returns a :class:`~kubedl_prefect.prefect.runs.TrainingJobRun`
 whose reference is plain data, so another process re-attaches to the same job.
 
-Both register with a Prefect server through the ``prefect.collections`` entry point (a
+All three register with a Prefect server through the ``prefect.collections`` entry point (a
 self-hosted server registers them at start-up) or with
 ``prefect block register -m kubedl_prefect.prefect.blocks`` (Prefect Cloud, or a running server).
 """
@@ -22,7 +27,7 @@ import base64
 import binascii
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 from prefect.blocks.abstract import JobBlock
 from prefect.blocks.core import Block
@@ -292,16 +297,162 @@ class KubernetesCluster(Block):
         }
 
     @classmethod
-    async def from_cleanup_reference(cls, data: dict[str, Any]) -> KubernetesCluster:
-        """The block a :meth:`cleanup_reference` names (loaded from the server when saved)."""
+    async def from_cleanup_reference(cls, data: dict[str, Any]) -> ClusterBlock:
+        """The block a :meth:`cleanup_reference` names (loaded from the server when saved).
+
+        Either kind of cluster block: a saved block loads as the type it was saved as, and a
+        :class:`LocalCluster`'s reference names its workspace.
+        """
         document_id = data.get("blockDocumentId")
         if document_id:
-            return await cls.aload_from_ref(str(document_id))
+            loaded = await Block.aload_from_ref(str(document_id))
+            if not isinstance(loaded, KubernetesCluster | LocalCluster):
+                raise KubeDLPrefectError(
+                    f"block document {document_id} is a {type(loaded).__name__}, not a cluster"
+                )
+            return loaded
+        if "localWorkspace" in data:
+            return LocalCluster(workspace=data["localWorkspace"])
         return cls(
             kubeconfig_path=data.get("kubeconfigPath"),
             context=data.get("context"),
             in_cluster=bool(data.get("inCluster")),
         )
+
+
+class LocalCluster(Block):
+    """This machine as a cluster: the embedded default, no Kubernetes needed.
+
+    Its :meth:`backend` is a :class:`~kubedl_prefect.lifecycle.local.LocalBackend`: every replica
+    of a training job runs as a process of the machine where the flow runs, under the
+    environment the operators give replicas (``MASTER_ADDR``, ``RANK``, ``WORLD_SIZE``,
+    ``TF_CONFIG``...), with the same lifecycle as on a cluster (adoption, run records, admission
+    with a reason, labelled logs, diagnosed failures, retries that resume from the checkpoint).
+    Use it where a :class:`KubernetesCluster` goes: a :class:`TrainingJob`'s ``cluster``, the
+    tasks and the flows take either, so a flow debugged here runs on GPUs with only the block
+    changed. See ``docs/local.md``.
+
+    The workspace (jobs, logs, checkpoints, run records) stands where a cluster has a
+    namespace: a training job block's ``namespace``, when set, is the workspace its jobs use.
+
+    Example:
+        >>> cluster = LocalCluster(workspace="/tmp/kubedl-ws", max_processes=2)
+        >>> cluster.backend().namespace
+        '/tmp/kubedl-ws'
+        >>> cluster.namespace
+        '/tmp/kubedl-ws'
+    """
+
+    model_config = ConfigDict(hide_input_in_errors=True)
+
+    _block_type_name: ClassVar[str] = "KubeDL Local Cluster"
+    _block_type_slug: ClassVar[str] = "kubedl-local-cluster"
+    _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
+    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _description: ClassVar[str] = (
+        "This machine as a training cluster (the embedded default): each replica of a training "
+        "job runs as a local process under the operators' environment contract."
+    )
+
+    workspace: str | None = Field(
+        default=None,
+        title="Workspace",
+        description=(
+            "Where jobs, logs, checkpoints and run records live on the machine of the flow "
+            "(default: ~/.cache/kubedl-prefect/local)."
+        ),
+    )
+    working_dir: str | None = Field(
+        default=None,
+        title="Working directory",
+        description="The replicas' working directory (default: the flow process's).",
+    )
+    max_processes: int | None = Field(
+        default=None,
+        ge=1,
+        title="Processes",
+        description="Replicas at once (default: the CPUs this process may use).",
+    )
+    cpus: float | None = Field(
+        default=None, gt=0, title="CPUs", description="CPU to admit (default: this machine's)."
+    )
+    memory_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        title="Memory (bytes)",
+        description="Memory to admit (default: this machine's total).",
+    )
+    gpus: int | None = Field(
+        default=None, ge=0, title="GPUs", description="GPUs to admit (default: those found)."
+    )
+    env: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        title="Environment",
+        description=(
+            "Variables every replica gets over the spec's (kept secret); they stand in for the "
+            "spec's Secret and ConfigMap references, which have no local value."
+        ),
+    )
+
+    @property
+    def namespace(self) -> str:
+        """The workspace, resolved: what stands for a namespace on this machine."""
+        from kubedl_prefect.lifecycle.local.backend import default_workspace
+
+        return str(Path(self.workspace or default_workspace()).expanduser().resolve())
+
+    def backend(
+        self,
+        *,
+        dialect: Dialect | str = Dialect.KUBEDL,
+        namespace: str | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> TrainingBackend:
+        """The local backend of this machine (light: it holds no connection).
+
+        Args:
+            dialect: Not used: the local backend runs every framework the same way (accepted
+                so that callers pass the same arguments as to :meth:`KubernetesCluster.backend`).
+            namespace: The workspace to use (a job reference's ``namespace``; default:
+                :attr:`namespace`).
+            labels: Extra labels on the jobs it creates (the flow run that made them).
+        """
+        from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
+        from kubedl_prefect.lifecycle.local.capacity import machine_capacity
+
+        capacity = None
+        limits = (self.max_processes, self.cpus, self.memory_bytes, self.gpus)
+        if any(limit is not None for limit in limits):
+            machine = machine_capacity()
+            capacity = LocalCapacity(
+                processes=self.max_processes or machine.processes,
+                cpus=self.cpus or machine.cpus,
+                memory_bytes=self.memory_bytes or machine.memory_bytes,
+                gpus=machine.gpus if self.gpus is None else self.gpus,
+            )
+        return LocalBackend(
+            namespace or self.namespace,
+            capacity=capacity,
+            env={name: value.get_secret_value() for name, value in self.env.items()},
+            working_dir=self.working_dir,
+            labels=labels,
+        )
+
+    def cleanup_reference(self) -> dict[str, Any] | None:
+        """How a clean-up in another process finds this machine's workspace again."""
+        document_id = getattr(self, "_block_document_id", None)
+        if document_id is not None:
+            return {"blockDocumentId": str(document_id)}
+        return {"localWorkspace": self.namespace}
+
+    @classmethod
+    async def from_cleanup_reference(cls, data: dict[str, Any]) -> ClusterBlock:
+        """The block a :meth:`cleanup_reference` names (see :meth:`KubernetesCluster`'s)."""
+        return await KubernetesCluster.from_cleanup_reference(data)
+
+
+ClusterBlock: TypeAlias = KubernetesCluster | LocalCluster
+"""Where training jobs run: a Kubernetes cluster, or this machine (the embedded default)."""
 
 
 class RetrySettings(BaseModel):
@@ -429,10 +580,10 @@ class TrainingJob(JobBlock[TrainingResult]):
         title="Spec file",
         description="Or: a spec YAML file, read on the machine where the flow runs.",
     )
-    cluster: KubernetesCluster = Field(
+    cluster: KubernetesCluster | LocalCluster = Field(
         default_factory=KubernetesCluster,
         title="Cluster",
-        description="Where the job runs.",
+        description="Where the job runs: a Kubernetes cluster, or this machine (local).",
     )
     dialect: Literal["kubedl", "kubeflow"] = Field(
         default="kubedl",
@@ -473,6 +624,18 @@ class TrainingJob(JobBlock[TrainingResult]):
             values = {**values, "spec": spec_to_data(values["spec"])}
         return values
 
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_kind(cls, values: Any) -> Any:
+        # Dumps name their block type; hand-written data without it is told apart by its fields
+        # (both blocks accept unknown keys, so the union alone would take any dict as the first).
+        cluster = values.get("cluster") if isinstance(values, dict) else None
+        if isinstance(cluster, dict) and "block_type_slug" not in cluster:
+            local = set(LocalCluster.model_fields) - set(KubernetesCluster.model_fields)
+            if local & set(cluster):
+                values = {**values, "cluster": LocalCluster.model_validate(cluster)}
+        return values
+
     @model_validator(mode="after")
     def _check_spec(self) -> TrainingJob:
         if (self.spec is None) == (self.spec_file is None):
@@ -507,7 +670,10 @@ class TrainingJob(JobBlock[TrainingResult]):
         return load_spec(path) if path.exists() else loads_spec(path.read_text())
 
     def resolved_namespace(self) -> str:
-        """The namespace jobs run in: this block's, else its cluster's default."""
+        """The namespace jobs run in: this block's, else its cluster's default.
+
+        On a :class:`LocalCluster`, the workspace.
+        """
         return self.namespace or self.cluster.namespace
 
     async def trigger(self, key: str | None = None) -> TrainingJobRun:
@@ -542,6 +708,36 @@ class TrainingJob(JobBlock[TrainingResult]):
         return await TrainingJobRun.attach(self, data)
 
 
+def load_cluster(name: str) -> ClusterBlock:
+    """The saved cluster block ``name``: a :class:`KubernetesCluster` or a :class:`LocalCluster`.
+
+    ``name`` is a block's name (a Kubernetes cluster of that name first, else a local one) or
+    ``<block type slug>/<name>`` (``kubedl-local-cluster/laptop``), as Prefect names blocks.
+
+    Raises:
+        KubeDLPrefectError: No cluster block has that name, or the block is of another type.
+    """
+    if "/" in name:
+        loaded = Block.load(name)
+        if not isinstance(loaded, KubernetesCluster | LocalCluster):
+            raise KubeDLPrefectError(
+                f"block {name!r} is a {type(loaded).__name__}, not a cluster",
+                hint="name a kubedl-kubernetes-cluster or kubedl-local-cluster block",
+            )
+        return loaded
+    for kind in (KubernetesCluster, LocalCluster):
+        try:
+            found = kind.load(name)
+        except ValueError:
+            continue
+        assert isinstance(found, KubernetesCluster | LocalCluster)
+        return found
+    raise KubeDLPrefectError(
+        f"no cluster block named {name!r}",
+        hint="save one first: KubernetesCluster(...).save(name) or LocalCluster().save(name)",
+    )
+
+
 def as_training_job(job: TrainingJob | str) -> TrainingJob:
     """A training job block from itself or from the name it was saved under."""
     if isinstance(job, TrainingJob):
@@ -554,3 +750,8 @@ def as_training_job(job: TrainingJob | str) -> TrainingJob:
         f"not a training job block: {type(job).__name__}",
         hint="pass a TrainingJob block or the name it was saved under",
     )
+
+
+# The model chain's blocks (MLflow registry, KServe serving) register through this module too:
+# the prefect.collections entry point and `prefect block register -m` import only this one.
+from kubedl_prefect.prefect import model_blocks as _model_blocks  # noqa: E402, F401

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from prefect.flows import Flow
     from prefect.transactions import Transaction
 
-    from kubedl_prefect.prefect.blocks import KubernetesCluster, TrainingJob
+    from kubedl_prefect.prefect.blocks import ClusterBlock, TrainingJob
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ ROLLBACK_KEY: Final = "kubedl-prefect.training-job"
 
 # In-process: flow run id -> digest -> (cluster block, namespace). Covers unsaved blocks with
 # secrets, which the flow run's labels cannot name.
-_TRACKED: dict[UUID, dict[str, tuple[KubernetesCluster, str]]] = {}
+_TRACKED: dict[UUID, dict[str, tuple[ClusterBlock, str]]] = {}
 
 
 def job_labels(ctx: RunContext) -> dict[str, str]:
@@ -67,7 +67,7 @@ def _target(reference: dict[str, Any] | None, namespace: str) -> tuple[str, str]
     return hashlib.sha256(value.encode()).hexdigest()[:12], value
 
 
-async def track(ctx: RunContext, cluster: KubernetesCluster, namespace: str) -> None:
+async def track(ctx: RunContext, cluster: ClusterBlock, namespace: str) -> None:
     """Record on the flow run that it creates jobs in ``cluster``'s ``namespace``.
 
     Idempotent; nothing outside a flow run. A failure to write the label is logged: clean-up in
@@ -99,7 +99,7 @@ async def track(ctx: RunContext, cluster: KubernetesCluster, namespace: str) -> 
         ctx.logger.warning("could not record the clean-up place on the flow run: %s", exc)
 
 
-async def _places(flow_run_id: UUID) -> list[tuple[KubernetesCluster, str]]:
+async def _places(flow_run_id: UUID) -> list[tuple[ClusterBlock, str]]:
     """Every (cluster, namespace) a flow run recorded, in this process or on the flow run."""
     from prefect.client.orchestration import get_client
 

@@ -10,6 +10,15 @@ for ``queued`` and ``failed``, the one-line reason (and the diagnosis of a failu
 Event ids are derived from the job's uid, the event and the object's resourceVersion, so an event
 emitted again (a flow re-attached after a crash sees the same changes) is the same event.
 
+The model chain's events are the registry's and the serving layer's typed records, emitted as they
+are (:func:`model_version_event`, :func:`inference_service_event`): ``kubedl.model-version.<what>``
+(``registered``, ``ready``, ``promoted``, ``rejected``, ``alias-restored``), one resource per model
+version, ``mlflow.model-version.<name>.<version>``; and ``kubedl.inference-service.<what>``
+(``applied``, ``ready``, ``not-ready``, ``rolled-back``), one resource per InferenceService,
+``kubernetes.inferenceservice.<namespace>.<name>``. Their ids are the records' deterministic ids;
+the training job that made the model (:func:`training_job_related`) and, for a service, the model
+version it serves are related resources besides the flow run and task run.
+
 :func:`job_event` is pure; :func:`emit` sends through Prefect's events client, which queues and
 never blocks the caller.
 """
@@ -27,6 +36,8 @@ from prefect.events import emit_event
 from kubedl_prefect.errors import Diagnosis
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
 from kubedl_prefect.lifecycle.status import Phase
+from kubedl_prefect.registry.events import ModelVersionEvent
+from kubedl_prefect.serving.events import InferenceServiceEvent
 
 EVENT_PREFIX: Final = "kubedl.training-job"
 """The prefix of every event name, and of every job resource id."""
@@ -193,3 +204,90 @@ def emit(spec: EventSpec) -> bool:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+# -- the model chain: model versions and InferenceServices ----------------------------------
+
+
+def training_job_related(uid: str | None, name: str | None = None) -> list[dict[str, str]]:
+    """The training job that made a model, as a related resource (none without its uid).
+
+    Example:
+        >>> training_job_related("0f1e", "mnist-x-a1")[0]["prefect.resource.id"]
+        'kubedl.training-job.0f1e'
+        >>> training_job_related("")
+        []
+    """
+    if not uid:
+        return []
+    return [
+        {
+            "prefect.resource.id": f"{EVENT_PREFIX}.{uid}",
+            "prefect.resource.role": "training-job",
+            "prefect.resource.name": name or "",
+        }
+    ]
+
+
+def model_version_related(model_name: str, version: str) -> dict[str, str]:
+    """A model version as a related resource (of the InferenceService that serves it)."""
+    return {
+        "prefect.resource.id": ModelVersionEvent("", model_name, version).resource_id,
+        "prefect.resource.role": "model-version",
+        "prefect.resource.name": f"{model_name} v{version}",
+    }
+
+
+def model_version_event(
+    record: ModelVersionEvent, related: list[dict[str, str]] | None = None
+) -> EventSpec:
+    """The Prefect event of a registry record, with its resource and deterministic id.
+
+    Example:
+        >>> from kubedl_prefect.registry.events import PROMOTED, ModelVersionEvent
+        >>> record = ModelVersionEvent(PROMOTED, "fraud", "3", {"reason": "better"})
+        >>> spec = model_version_event(record)
+        >>> spec.event, spec.resource["prefect.resource.id"], str(spec.id) == record.id
+        ('kubedl.model-version.promoted', 'mlflow.model-version.fraud.3', True)
+    """
+    return EventSpec(
+        event=record.event,
+        resource={
+            "prefect.resource.id": record.resource_id,
+            "prefect.resource.name": f"{record.model_name} v{record.version}",
+            "kubedl.model-name": record.model_name,
+            "kubedl.model-version": record.version,
+        },
+        payload=dict(record.payload),
+        id=uuid.UUID(record.id),
+        occurred=_now(),
+        related=list(related or []),
+    )
+
+
+def inference_service_event(
+    record: InferenceServiceEvent, related: list[dict[str, str]] | None = None
+) -> EventSpec:
+    """The Prefect event of a serving record, with its resource and deterministic id.
+
+    Example:
+        >>> from kubedl_prefect.serving.events import READY, InferenceServiceEvent
+        >>> spec = inference_service_event(InferenceServiceEvent(READY, "ml", "fraud", "u1", "9",
+        ...                                                      {"url": "http://fraud.ml"}))
+        >>> spec.event, spec.resource["prefect.resource.id"], spec.payload["url"]
+        ('kubedl.inference-service.ready', 'kubernetes.inferenceservice.ml.fraud', 'http://fraud.ml')
+    """
+    return EventSpec(
+        event=record.event,
+        resource={
+            "prefect.resource.id": record.resource_id,
+            "prefect.resource.name": record.name,
+            "kubedl.namespace": record.namespace,
+            "kubedl.name": record.name,
+            "kubedl.uid": record.uid,
+        },
+        payload=dict(record.payload),
+        id=uuid.UUID(record.id),
+        occurred=_now(),
+        related=list(related or []),
+    )

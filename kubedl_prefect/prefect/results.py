@@ -156,7 +156,14 @@ class TrainingResult(BaseModel):
 
 
 def job_commands(ref: JobRef) -> list[str]:
-    """``kubectl`` commands to look at a job and read every replica's logs."""
+    """``kubectl`` commands to look at a job and read every replica's logs.
+
+    For a job of the local backend (this machine), the shell commands that do the same with
+    its directory in the workspace (the ref's namespace).
+    """
+    if ref.backend == "local":
+        job = f"{ref.namespace}/jobs/{ref.name}"
+        return [f"cat {job}/state.json", f"tail -n +1 {job}/logs/*.log"]
     kind = job_kind(ref.api_version, ref.kind)
     label, value = JobObjects(Dialect(ref.dialect), ref.name).pod_label
     return [

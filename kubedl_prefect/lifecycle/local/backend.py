@@ -76,6 +76,7 @@ from kubedl_prefect.lifecycle.local.layout import (
     STATE_FILE,
     SUPERVISOR_LOG,
     job_dir,
+    jobs_dir,
     locked,
     log_path,
     parse_log_line,
@@ -141,7 +142,8 @@ class LocalBackend:
             never written to disk.
         working_dir: The replicas' working directory (default: the current one).
         python: The interpreter that runs ``python`` commands (default: this one).
-        labels: Accepted for parity with the Kubernetes backend; kept in nothing.
+        labels: Labels of the jobs it creates (kept in their ``job.json``; see
+            :meth:`find_jobs`).
         success_grace_s: After the job succeeded, how long the other replicas may take to end
             by themselves before they are stopped.
         termination_grace_s: How long a replica gets between SIGTERM and SIGKILL.
@@ -288,6 +290,7 @@ class LocalBackend:
             replicas=replicas,
             socket=socket_path(job_dir(self.workspace, name), uid),
             checkpoint_dir=checkpoint_dir,
+            labels=self.labels,
         )
 
     def _start(
@@ -596,6 +599,33 @@ class LocalBackend:
                     if state.terminal:
                         return
                     await watch.wait(None, None)
+
+    async def find_jobs(self, labels: Mapping[str, str]) -> list[JobRef]:
+        """The jobs of the workspace that carry every one of ``labels`` (ended ones too).
+
+        As :meth:`KubernetesBackend.find_jobs
+        <kubedl_prefect.lifecycle.kubernetes.KubernetesBackend.find_jobs>`: clean-up uses it to
+        find what one Prefect flow run created.
+
+        Args:
+            labels: Labels the jobs must carry (``{"kubedl-prefect.io/flow-run-id": ...}``).
+        """
+
+        def find() -> list[JobRef]:
+            found: list[JobRef] = []
+            jobs = jobs_dir(self.workspace)
+            for directory in sorted(jobs.iterdir()) if jobs.is_dir() else []:
+                if directory.name.startswith(NEW_PREFIX):
+                    continue  # a job being created: its supervisor renames it into place
+                try:
+                    document = _read_document(directory)
+                except (FileNotFoundError, ValueError, KeyError):
+                    continue
+                if all(document.labels.get(k) == v for k, v in labels.items()):
+                    found.append(self._ref_of(document))
+            return found
+
+        return await asyncio.to_thread(find)
 
     # -- cancel ----------------------------------------------------------------------------
 

@@ -43,9 +43,14 @@ MAX_LINE_BYTES: Final = 1 << 20
 """Longest log line kept whole; a longer one is cut into lines of this size."""
 
 
+def jobs_dir(workspace: str | Path) -> Path:
+    """The directory of every job of the workspace."""
+    return Path(workspace) / "jobs"
+
+
 def job_dir(workspace: str | Path, name: str) -> Path:
     """The directory of the job ``name``."""
-    return Path(workspace) / "jobs" / name
+    return jobs_dir(workspace) / name
 
 
 def record_path(workspace: str | Path, name: str) -> Path:

@@ -488,6 +488,7 @@ class JobDocument:
         socket: The supervisor's wake-up socket.
         checkpoint_dir: The checkpoint directory, if the spec has a checkpoint.
         created_at: When it was submitted (RFC 3339).
+        labels: The caller's labels (the Prefect flow run that made it), as on a cluster's job.
     """
 
     name: str
@@ -502,6 +503,7 @@ class JobDocument:
     socket: str
     checkpoint_dir: str | None = None
     created_at: str = field(default_factory=now_rfc3339)
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def initial_state(self) -> JobState:
         """The state before the supervisor starts."""
@@ -528,6 +530,7 @@ class JobDocument:
             "socket": self.socket,
             "checkpointDir": self.checkpoint_dir,
             "createdAt": self.created_at,
+            "labels": dict(self.labels),
         }
 
     @classmethod
@@ -546,4 +549,5 @@ class JobDocument:
             socket=str(data["socket"]),
             checkpoint_dir=data.get("checkpointDir"),
             created_at=str(data.get("createdAt") or ""),
+            labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         )

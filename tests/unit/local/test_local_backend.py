@@ -269,6 +269,29 @@ async def test_cancelling_ends_the_whole_process_tree_and_deletes_the_job(
         await backend.wait_completed(ref)
 
 
+async def test_find_jobs_returns_the_jobs_of_one_flow_run_only(
+    workspace: Path, capacity: LocalCapacity, tmp_path: Path, replica_spec: SpecFactory
+) -> None:
+    # What clean-up of a cancelled or crashed Prefect flow run finds and deletes.
+    def labelled(run: str) -> LocalBackend:
+        return LocalBackend(
+            workspace, capacity=capacity, working_dir=tmp_path, labels={"flow-run": run}
+        )
+
+    ours, theirs = labelled("a"), labelled("b")
+    spec = replica_spec("sleep", workers=0, REPLICA_SLEEP=30)
+    mine = await ours.submit(spec, key="mine")
+    other = await theirs.submit(spec, key="other")
+    try:
+        assert await ours.find_jobs({"flow-run": "a"}) == [mine]
+        assert await theirs.find_jobs({"flow-run": "b"}) == [other]
+        assert await ours.find_jobs({"flow-run": "nobody"}) == []
+    finally:
+        await ours.cancel(mine, timeout_s=30)
+        await theirs.cancel(other, timeout_s=30)
+    assert await ours.find_jobs({"flow-run": "a"}) == []
+
+
 async def test_a_job_asking_for_more_than_the_machine_is_refused_with_the_reason(
     workspace: Path, replica_spec: SpecFactory
 ) -> None:
