@@ -4,8 +4,10 @@
 install:
 	@scripts/install
 
+# `make demo KEEP=1` leaves the demo's servers running (`scripts/demo --stop` stops them);
+# `make demo EPOCHS=2` trains fewer epochs.
 demo: install
-	@scripts/demo
+	@scripts/demo $(if $(KEEP),--keep-servers) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 test: install
 	@scripts/test

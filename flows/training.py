@@ -6,8 +6,8 @@ same for a deployment's schedule: its key is the schedule slot, so a slot's dupl
 run adopts the slot's job instead of training twice. Both delete the jobs they created when the
 flow run is cancelled or crashes.
 
-The registry and serving steps (register the trained model, deploy it with KServe) slot in after
-the training task: they take the result's checkpoint location and key.
+The registry and serving steps (register the trained model, gate it, deploy it with KServe) slot
+in after the training task: ``flows/train_and_serve.py`` (flow ``train-and-serve``) is that chain.
 
 Run it once::
 
@@ -76,7 +76,7 @@ def train(
     """
     job = training_job(spec, cluster, dialect, namespace, max_attempts)
     result = run_training_job(job, key=key)
-    # The registry and serving steps go here, e.g. register_model(result.checkpoint, ...).
+    # The registry and serving steps follow here in flows/train_and_serve.py (train-and-serve).
     print(f"{result.spec_name}: {result.phase} after {len(result.attempts)} attempt(s)")
     return result
 
