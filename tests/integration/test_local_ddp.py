@@ -33,6 +33,8 @@ from tests.support.mlflow_server import MlflowServer, mlflow_server
 
 __all__ = ["mlflow_server"]
 
+pytestmark = pytest.mark.integration
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train" / "pytorch-ddp-cpu.yaml"
 FAST_RETRY = RetryPolicy(max_attempts=3, backoff_s=0.0)

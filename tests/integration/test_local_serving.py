@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,8 @@ from tests.support.mlflow_server import MlflowServer, mlflow_server
 
 __all__ = ["mlflow_server", "torch_installed"]
 
+pytestmark = pytest.mark.integration
+
 POINTS = [[0.0, 0.1], [0.5, -0.5], [-0.3, 0.2]]
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,10 +66,12 @@ def registered(torch_installed: None, mlflow_server: MlflowServer) -> Iterator[l
     with torch.no_grad():
         logits = model(example)
     mlflow.set_tracking_uri(mlflow_server.url)
-    mlflow.set_experiment("local-serving")
+    # Not mlflow.set_experiment: its active experiment is process-global and would make every
+    # later test that resumes another experiment's run (MLFLOW_RUN_ID) fail.
+    experiment = mlflow.MlflowClient().create_experiment(f"local-serving-{uuid.uuid4().hex[:8]}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # MLflow's advice about pickle and pip versions
-        with mlflow.start_run():
+        with mlflow.start_run(experiment_id=experiment):
             mlflow.pytorch.log_model(
                 model,
                 name="model",
