@@ -51,6 +51,7 @@ from kubedl_prefect.prefect import (
     start_model_run,
 )
 from kubedl_prefect.prefect.blocks import ClusterBlock, load_cluster
+from kubedl_prefect.prefect.model_blocks import as_serving_block
 from kubedl_prefect.registry import GatePolicy
 from kubedl_prefect.registry.compat import KSERVE_MLSERVER
 from kubedl_prefect.registry.gate import GateDecision
@@ -125,9 +126,7 @@ def serving_block(
     ``serve="kserve"`` asks for it.
     """
     if name:
-        loaded = KServeServing.load(name)
-        assert isinstance(loaded, KServeServing)
-        return loaded
+        return as_serving_block(name)
     kube = cluster if isinstance(cluster, KubernetesCluster) else KubernetesCluster()
     return KServeServing(cluster=kube, namespace=namespace, runtime=runtime)
 

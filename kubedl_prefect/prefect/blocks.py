@@ -27,7 +27,7 @@ import base64
 import binascii
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from prefect.blocks.abstract import JobBlock
 from prefect.blocks.core import Block
@@ -738,18 +738,44 @@ def load_cluster(name: str) -> ClusterBlock:
     )
 
 
-def as_training_job(job: TrainingJob | str) -> TrainingJob:
-    """A training job block from itself or from the name it was saved under."""
-    if isinstance(job, TrainingJob):
-        return job
-    if isinstance(job, str):
-        loaded = TrainingJob.load(job)
-        assert isinstance(loaded, TrainingJob)
+_Block = TypeVar("_Block", bound=Block)
+
+
+def block_from(value: _Block | str, kind: type[_Block], what: str) -> _Block:
+    """``value`` itself when it is a ``kind`` block, else the one saved under the name ``value``.
+
+    Args:
+        value: A block, or the name it was saved under.
+        kind: The block class wanted.
+        what: What it is, for the error (``"a training job block"``).
+
+    Raises:
+        KubeDLPrefectError: ``value`` is neither a ``kind`` block nor a name.
+    """
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        loaded = kind.load(value)
+        assert isinstance(loaded, kind)
         return loaded
     raise KubeDLPrefectError(
-        f"not a training job block: {type(job).__name__}",
-        hint="pass a TrainingJob block or the name it was saved under",
+        f"not {what}: {type(value).__name__}",
+        hint=f"pass a {kind.__name__} block or the name it was saved under",
     )
+
+
+async def ablock_from(value: _Block | str, kind: type[_Block], what: str) -> _Block:
+    """Async :func:`block_from` (loads a saved block without blocking the loop)."""
+    if isinstance(value, str):
+        loaded = await kind.aload(value)
+        assert isinstance(loaded, kind)
+        return loaded
+    return block_from(value, kind, what)
+
+
+def as_training_job(job: TrainingJob | str) -> TrainingJob:
+    """A training job block from itself or from the name it was saved under."""
+    return block_from(job, TrainingJob, "a training job block")
 
 
 # The model chain's blocks (MLflow registry, KServe serving) register through this module too:

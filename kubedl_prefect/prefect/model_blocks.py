@@ -20,9 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from prefect.blocks.core import Block
 from pydantic import ConfigDict, Field, HttpUrl, SecretStr, model_validator
 
-from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.prefect import blocks as _blocks
-from kubedl_prefect.prefect.blocks import DOCUMENTATION_URL, LOGO_URL, KubernetesCluster
+from kubedl_prefect.prefect.blocks import (
+    DOCUMENTATION_URL,
+    LOGO_URL,
+    KubernetesCluster,
+    ablock_from,
+    block_from,
+)
 from kubedl_prefect.serving.spec import (
     DeploymentMode,
     InferenceServiceSpec,
@@ -337,48 +342,22 @@ class KServeServing(Block):
 
 def as_registry_block(registry: MlflowRegistry | str) -> MlflowRegistry:
     """A registry block from itself or from the name it was saved under."""
-    if isinstance(registry, MlflowRegistry):
-        return registry
-    if isinstance(registry, str):
-        loaded = MlflowRegistry.load(registry)
-        assert isinstance(loaded, MlflowRegistry)
-        return loaded
-    raise KubeDLPrefectError(
-        f"not an MLflow registry block: {type(registry).__name__}",
-        hint="pass an MlflowRegistry block or the name it was saved under",
-    )
+    return block_from(registry, MlflowRegistry, "an MLflow registry block")
 
 
 async def aregistry_block(registry: MlflowRegistry | str) -> MlflowRegistry:
     """Async :func:`as_registry_block` (loads a saved block without blocking the loop)."""
-    if isinstance(registry, str):
-        loaded = await MlflowRegistry.aload(registry)
-        assert isinstance(loaded, MlflowRegistry)
-        return loaded
-    return as_registry_block(registry)
+    return await ablock_from(registry, MlflowRegistry, "an MLflow registry block")
 
 
 def as_serving_block(serving: KServeServing | str) -> KServeServing:
     """A serving block from itself or from the name it was saved under."""
-    if isinstance(serving, KServeServing):
-        return serving
-    if isinstance(serving, str):
-        loaded = KServeServing.load(serving)
-        assert isinstance(loaded, KServeServing)
-        return loaded
-    raise KubeDLPrefectError(
-        f"not a KServe serving block: {type(serving).__name__}",
-        hint="pass a KServeServing block or the name it was saved under",
-    )
+    return block_from(serving, KServeServing, "a KServe serving block")
 
 
 async def aserving_block(serving: KServeServing | str) -> KServeServing:
     """Async :func:`as_serving_block` (loads a saved block without blocking the loop)."""
-    if isinstance(serving, str):
-        loaded = await KServeServing.aload(serving)
-        assert isinstance(loaded, KServeServing)
-        return loaded
-    return as_serving_block(serving)
+    return await ablock_from(serving, KServeServing, "a KServe serving block")
 
 
 # ``prefect block register -m kubedl_prefect.prefect.blocks`` registers the blocks that module
