@@ -30,6 +30,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -41,13 +42,22 @@ from functools import cache
 from pathlib import Path
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed.upstream import GoModule, cache_root, go_binary, go_env, module_dir
+from kubedl_prefect.testbed.upstream import (
+    GoModule,
+    cache_root,
+    download,
+    go_binary,
+    go_env,
+    module_dir,
+)
 
 #: Folder holding the wrapper modules shipped with the package (``go/<module>/go.mod``).
 GO_ROOT = Path(__file__).resolve().parent / "go"
 
 #: How many log lines a failed build shows in its error.
 _LOG_TAIL_LINES = 40
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -234,8 +244,50 @@ def bin_dir() -> Path:
 
 
 def binary_path(binary: GoBinary) -> Path:
-    """Where ``binary`` is (or will be) once built for the current inputs."""
+    """Where ``binary`` is (or will be) once built for the current inputs.
+
+    Without a ``go`` command on PATH the inputs cannot be hashed (the Go version is one of
+    them): the binary built last under this name is used as it is, if there is one
+    (:func:`last_built`), so that a machine with built binaries starts without Go.
+    """
+    if shutil.which("go") is None:
+        found = last_built(binary)
+        if found is not None:
+            if binary.name not in _UNCHECKED:
+                _UNCHECKED.add(binary.name)
+                logger.warning(
+                    "no `go` on PATH: using %s as built, without checking it is up to date", found
+                )
+            return found
     return bin_dir() / f"{binary.name}-{inputs_hash(binary)}"
+
+
+_UNCHECKED: set[str] = set()
+
+
+def last_built(binary: GoBinary) -> Path | None:
+    """The binary last built under ``binary``'s name, if it is still there (found without Go).
+
+    The one ``build-times.json`` records, else the only ``<name>-<12 hex>`` file of the
+    binaries folder (a build removes the older ones).
+    """
+    times = bin_dir() / "build-times.json"
+    try:
+        recorded = json.loads(times.read_text()).get(binary.name, {}).get("binary")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if isinstance(recorded, str) and (bin_dir() / recorded).is_file():
+        return bin_dir() / recorded
+    found = [
+        path
+        for path in bin_dir().glob(f"{binary.name}-*")
+        if _is_hash(path.name[len(binary.name) + 1 :]) and path.is_file()
+    ]
+    return found[0] if len(found) == 1 else None
+
+
+def _is_hash(suffix: str) -> bool:
+    return len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix)
 
 
 def build_log_path(binary: GoBinary) -> Path:
@@ -354,23 +406,25 @@ def _wrapper_dir(binary: GoBinary) -> Path:
     return binary.module
 
 
-def _module_dir(binary: GoBinary, module: str) -> Path:
+def patched_module_dir(binary: GoBinary, module: str) -> Path:
+    """The source folder of ``module`` as ``binary``'s wrapper resolves it.
+
+    A module replaced by a local folder is that folder; any other is downloaded at the version
+    the wrapper pins when its source is not extracted yet (a fresh machine), with the build's
+    own environment, so the folder is the one ``go build`` would read.
+    """
+    wrapper, env = _wrapper_dir(binary), build_env(binary)
     proc = subprocess.run(
         [go_binary(), "list", "-m", "-json", module],
-        cwd=_wrapper_dir(binary),
-        env=build_env(binary),
+        cwd=wrapper,
+        env=env,
         capture_output=True,
         text=True,
         check=False,
     )
-    if proc.returncode == 0:
-        folder = json.loads(proc.stdout).get("Dir")
-        if folder:
-            return Path(folder)
-    raise TestbedError(
-        f"cannot find module {module} of {binary.module} to patch: {proc.stderr.strip()}",
-        hint=f"run `go mod download` in {binary.module}",
-    )
+    if proc.returncode == 0 and (folder := json.loads(proc.stdout).get("Dir")):
+        return Path(folder)
+    return download(module, cwd=wrapper, env=env)
 
 
 def write_patched_modfile(binary: GoBinary, folder: Path) -> Path:
@@ -393,7 +447,7 @@ def write_patched_modfile(binary: GoBinary, folder: Path) -> Path:
     lines.append("")
     for module in modules:
         copy = root / module.replace("/", "_")
-        shutil.copytree(_module_dir(binary, module), copy, copy_function=shutil.copyfile)
+        shutil.copytree(patched_module_dir(binary, module), copy, copy_function=shutil.copyfile)
         for folder_path in [copy, *(p for p in copy.rglob("*") if p.is_dir())]:
             folder_path.chmod(0o755)
         for patch in (p for p in binary.patches if p.module == module):
@@ -445,8 +499,7 @@ def _record_build_time(binary: GoBinary, target: Path, seconds: float) -> None:
 
 def _remove_stale(binary: GoBinary, *, keep: Path) -> None:
     for old in bin_dir().glob(f"{binary.name}-*"):
-        suffix = old.name[len(binary.name) + 1 :]
-        if old != keep and len(suffix) == 12 and all(c in "0123456789abcdef" for c in suffix):
+        if old != keep and _is_hash(old.name[len(binary.name) + 1 :]):
             old.unlink(missing_ok=True)
 
 

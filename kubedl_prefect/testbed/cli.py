@@ -1,7 +1,9 @@
 """``kubedl-prefect testbed up|down|status|build|restart``: the local test bed as a sandbox.
 
 ``up`` prints progress on stderr and, as the last line on stdout, ``KUBECONFIG=<path>``, so
-``eval "$(kubedl-prefect testbed up)"`` points a shell at the sandbox.
+``eval "$(kubedl-prefect testbed up)"`` points a shell at the sandbox. A test bed started with
+``--port-base`` is found by its name alone afterwards (``status``, ``down``, ``restart``...): its
+state folder records the base while it runs.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ PortBaseOption = Annotated[
     int | None,
     typer.Option(
         "--port-base",
-        help="First port on 127.0.0.1 (default 28400 or $KUBEDL_PREFECT_TESTBED_PORT_BASE).",
+        help="First port on 127.0.0.1 (default: the one the test bed was started with, while "
+        "it runs; else 28400 or $KUBEDL_PREFECT_TESTBED_PORT_BASE).",
         min=1024,
         max=65400,
     ),

@@ -240,6 +240,10 @@ def supervise_once(
             if start and record is not None:
                 logger.warning("%s exited: starting it again", component.name)
                 entry = replace(entry, restarts=entry.restarts + 1, restart_at=None)
+                # On record before the new process can be seen: whoever reads the status then
+                # finds its restart counted too.
+                state[component.name] = entry
+                save(layout, state)
                 try:
                     start_component(layout, component, _binaries(component, record))
                 except TestbedError as exc:  # its next round records the crash

@@ -44,7 +44,7 @@ import yaml
 from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import cluster, content, podlogs, process, restarts, supervise
 from kubedl_prefect.testbed import operators as training_operators
-from kubedl_prefect.testbed.build import GoBinary, build_all
+from kubedl_prefect.testbed.build import GoBinary, bin_dir, build_all, last_built
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
     Component,
@@ -75,7 +75,6 @@ from kubedl_prefect.testbed.kubeconfig import render_kubeconfig, write_kubeconfi
 from kubedl_prefect.testbed.launch import probe, start_component
 from kubedl_prefect.testbed.pki import CertificateAuthority, service_account_key
 from kubedl_prefect.testbed.podlogs import PodLog
-from kubedl_prefect.testbed.upstream import go_binary
 
 __all__ = [
     # The control plane's rows, binaries and names, defined in .controlplane (imported from
@@ -107,6 +106,20 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_NODES = 2
 DEFAULT_GPUS_PER_NODE = 8
+
+
+def recorded_port_base(name: str) -> int | None:
+    """The port base test bed ``name`` was started with, while its state says it runs.
+
+    ``up`` writes it into the state folder before the first component starts and ``down``
+    removes it, so ``status``, ``down`` and ``restart`` find a test bed by its name alone.
+    """
+    try:
+        state = json.loads((Layout(name=name, ports=Ports()).root / "state.json").read_text())
+        base = state["ports_base"]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    return base if isinstance(base, int) and 1024 <= base <= 65400 else None
 
 
 @dataclass(frozen=True)
@@ -184,7 +197,8 @@ class Testbed:
         nodes: Number of simulated GPU nodes (default 2). ``None``: on a running test bed keep
             what it has.
         gpus_per_node: ``nvidia.com/gpu`` capacity of each node (default 8); ``None`` as above.
-        ports: Ports to listen on (default: :meth:`Ports.default`).
+        ports: Ports to listen on (default: the base this test bed was started with, while its
+            state folder says it runs; else :meth:`Ports.default`).
         operators: Start the training operators too (default: yes).
 
     Example:
@@ -212,7 +226,11 @@ class Testbed:
             raise TestbedError(f"gpus per node cannot be negative, got {gpus_per_node}")
         if not name or not name.replace("-", "").replace("_", "").isalnum():
             raise TestbedError(f"test bed name must be alphanumeric (with - or _), got {name!r}")
-        self.layout = Layout(name=name, ports=ports or Ports.default())
+        recorded = recorded_port_base(name)
+        if ports is None:
+            ports = Ports(recorded) if recorded is not None else Ports.default()
+        self.layout = Layout(name=name, ports=ports)
+        self._recorded_base = recorded
         self._requested_nodes = nodes
         self._requested_gpus = gpus_per_node
         self.nodes = DEFAULT_NODES if nodes is None else nodes
@@ -255,12 +273,14 @@ class Testbed:
         """Start the test bed unless it is already up; return the administrator kubeconfig.
 
         Raises:
-            TestbedError: Go is missing, a build failed, or a component did not become ready
-                (the message ends with the tail of its log).
+            TestbedError: Go is missing and a binary is not built, a build failed, a component
+                did not become ready (the message ends with the tail of its log), or the test
+                bed runs on other ports than asked.
         """
-        go_binary()  # fail early and clearly when Go is missing
+        self._check_go_or_built()  # fail early and clearly
         with self._locked():
             current = self.status()
+            self._check_same_ports(current)
             if current.up or self._only_operators_down(current):
                 logger.info("test bed %s is already up", self.name)
                 self._start_operators_not_running(current)
@@ -274,6 +294,7 @@ class Testbed:
             binaries = self.build()
             started = time.monotonic()
             self._prepare()
+            self._write_state()  # its ports, for status, down and restart by name meanwhile
             try:
                 self._start_apiserver_with_crds(binaries)
                 for component in CONTROL_PLANE_AFTER_CRDS:
@@ -291,6 +312,32 @@ class Testbed:
                 supervise.start(self.layout)
             logger.info("test bed %s up in %.1fs", self.name, time.monotonic() - started)
             return self.kubeconfig
+
+    def _check_go_or_built(self) -> None:
+        """Without ``go`` on PATH, every binary must be built already (it is then used as is)."""
+        if shutil.which("go") is not None:
+            return
+        missing = [binary.name for binary in self.binaries() if last_built(binary) is None]
+        if missing:
+            raise TestbedError(
+                f"no `go` command was found on PATH, and {', '.join(missing)} "
+                f"{'is' if len(missing) == 1 else 'are'} not built in {bin_dir()}",
+                hint="install Go 1.26 (https://go.dev/dl/) and make sure `go` is on PATH, or "
+                "run `kubedl-prefect testbed build` where Go is, with the same cache "
+                "(KUBEDL_PREFECT_CACHE)",
+            )
+
+    def _check_same_ports(self, current: TestbedStatus) -> None:
+        """Refuse to start over a running test bed whose ports are not the ones asked for."""
+        recorded = self._recorded_base
+        if recorded is None or recorded == self.layout.ports.base:
+            return
+        if any(c.running for c in current.components):
+            raise TestbedError(
+                f"test bed {self.name} runs on port base {recorded}, not {self.layout.ports.base}",
+                hint=f"leave --port-base out to use it, or stop it first "
+                f"(kubedl-prefect testbed down --name {self.name})",
+            )
 
     @staticmethod
     def _only_operators_down(current: TestbedStatus) -> bool:

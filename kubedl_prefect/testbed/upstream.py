@@ -68,12 +68,21 @@ def go_binary() -> str:
     return found
 
 
-@cache
-def module_dir(module: GoModule) -> Path:
-    """Download ``module`` through the Go module proxy (once) and return its extracted folder."""
+def download(query: str, *, cwd: Path | None = None, env: dict[str, str] | None = None) -> Path:
+    """Download a module through the Go module proxy (once) and return its extracted folder.
+
+    ``query`` is ``path@version``, or a bare module path run in the folder of a module that
+    requires it (``cwd``), which resolves to the version that module's build list selects.
+    ``go list -m`` is no substitute: it reports a ``Dir`` only for a module already extracted
+    in the module cache, true on a warm machine and false on a fresh one.
+
+    Raises:
+        TestbedError: The download failed; the message carries the proxy's own error.
+    """
     proc = subprocess.run(
-        [go_binary(), "mod", "download", "-json", f"{module.path}@{module.version}"],
-        env=go_env(),
+        [go_binary(), "mod", "download", "-json", query],
+        cwd=cwd,
+        env=go_env() if env is None else env,
         capture_output=True,
         text=True,
         check=False,
@@ -82,13 +91,37 @@ def module_dir(module: GoModule) -> Path:
         info = json.loads(proc.stdout)
     except json.JSONDecodeError:
         info = {}
-    if proc.returncode != 0 or "Dir" not in info:
+    if proc.returncode != 0 or not info.get("Dir"):
+        where = f" (required by {cwd})" if cwd is not None else ""
         raise TestbedError(
-            f"could not download {module.path}@{module.version}: "
-            f"{info.get('Error') or proc.stderr.strip()}",
-            hint="check that the Go module proxy is reachable (GOPROXY)",
+            f"could not download {query}{where}: {info.get('Error') or proc.stderr.strip()}",
+            hint="check that the Go module proxy is reachable (GOPROXY) and the version exists",
         )
     return Path(info["Dir"])
+
+
+@cache
+def module_dir(module: GoModule) -> Path:
+    """Download ``module`` through the Go module proxy (once) and return its extracted folder.
+
+    A module already extracted in the module cache is taken from there without running ``go``
+    (a test bed with built binaries starts without Go).
+    """
+    extracted = Path(go_env()["GOMODCACHE"]) / f"{escaped_path(module.path)}@{module.version}"
+    # Go extracts into the final folder and removes <folder>.partial once it is complete.
+    if extracted.is_dir() and not extracted.with_name(extracted.name + ".partial").exists():
+        return extracted
+    return download(f"{module.path}@{module.version}")
+
+
+def escaped_path(path: str) -> str:
+    """A module path as the module cache spells it: each capital letter as ``!`` + lower case.
+
+    Example:
+        >>> escaped_path("github.com/BurntSushi/toml")
+        'github.com/!burnt!sushi/toml'
+    """
+    return "".join(f"!{c.lower()}" if c.isupper() else c for c in path)
 
 
 def module_file(module: GoModule, relative: str) -> Path:

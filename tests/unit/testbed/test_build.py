@@ -186,3 +186,48 @@ def test_an_upstream_module_is_built_inside_a_patched_copy_of_itself(
     # Its version is its content: another version is another binary.
     other = GoBinary("upstream-tool", GoModule(module.path, "v1.2.4"), ".")
     assert build.inputs_hash(other) != build.inputs_hash(binary)
+
+
+def _every_binary() -> list[GoBinary]:
+    from kubedl_prefect.testbed.controlplane import CONTROL_PLANE_BINARIES
+    from kubedl_prefect.testbed.operators import OPERATOR_BINARIES
+
+    return [*CONTROL_PLANE_BINARIES, *OPERATOR_BINARIES]
+
+
+def test_patched_modules_are_fetched_on_a_fresh_machine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A fresh machine has an empty module cache: the folder of every module a wrapper's
+    # SourcePatch names must be downloaded, not assumed extracted (issue 15: `go list -m` gives
+    # no Dir there). Only those modules are fetched (their go.mod graph and zips), nothing built.
+    modcache = tmp_path / "gomodcache"
+    monkeypatch.setenv("GOMODCACHE", str(modcache))
+    monkeypatch.setenv("KUBEDL_PREFECT_CACHE", str(tmp_path / "cache"))
+    patched = [b for b in _every_binary() if isinstance(b.module, Path) and b.patches]
+    assert patched, "no wrapper module patches a dependency any more: drop this test"
+    for binary in patched:
+        modfile = build.write_patched_modfile(binary, tmp_path / "patched")
+        for patch in binary.patches:
+            source = build.patched_module_dir(binary, patch.module)
+            assert source.is_relative_to(modcache), source
+            assert patch.old in (source / patch.file).read_text(encoding="utf-8")
+            copy = modfile.parent / patch.module.replace("/", "_")
+            assert f"replace {patch.module} => {copy}" in modfile.read_text(encoding="utf-8")
+            assert patch.new in (copy / patch.file).read_text(encoding="utf-8")
+    # The module cache is read-only once written; let pytest's tmp_path clean-up remove it.
+    for path in [modcache, *(p for p in modcache.rglob("*") if p.is_dir())]:
+        path.chmod(0o755)
+
+
+def test_a_module_the_proxy_does_not_have_fails_with_its_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from kubedl_prefect.testbed.upstream import download
+
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "gomodcache"))
+    monkeypatch.setenv("GOPROXY", "off")
+    with pytest.raises(
+        TestbedError, match=r"could not download example\.org/none@v1\.0\.0: .*GOPROXY=off"
+    ):
+        download("example.org/none@v1.0.0")

@@ -31,6 +31,15 @@ def _wait_dead(record: ProcessRecord, timeout: float = 5.0) -> bool:
     return False
 
 
+def _environ_after_exec(pid: int) -> list[bytes]:
+    """``/proc/<pid>/environ``, once the exec has set it up (empty for a moment during it)."""
+    deadline = time.monotonic() + 10
+    while not (environ := Path(f"/proc/{pid}/environ").read_bytes()):
+        assert time.monotonic() < deadline, "the process never got its environment"
+        time.sleep(0.01)
+    return environ.split(b"\0")
+
+
 def test_start_detaches_records_and_stops(tmp_path: Path) -> None:
     log, pid_file = tmp_path / "logs" / "x.log", tmp_path / "run" / "x.pid"
     record = process.start([SLEEP, "30"], log_file=log, pid_file=pid_file, env={"A": "1"})
@@ -42,7 +51,7 @@ def test_start_detaches_records_and_stops(tmp_path: Path) -> None:
         # The binary itself, not a shell around it.
         assert Path(f"/proc/{record.pid}/exe").resolve() == Path(SLEEP).resolve()
         assert os.getsid(record.pid) == record.pid != os.getsid(0)  # its own session
-        assert b"A=1" in Path(f"/proc/{record.pid}/environ").read_bytes().split(b"\0")
+        assert b"A=1" in _environ_after_exec(record.pid)
         assert process.rss_bytes(record) > 0
         assert f"starting: {SLEEP} 30" in log.read_text()
     finally:

@@ -7,6 +7,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,3 +184,32 @@ def test_status_shows_restarts_held_operators_and_the_last_crash(cache: Path) ->
     assert held.split()[2] == "held"
     assert "last crash of kubedl-operator" in text
     assert "| panic: nil pointer" in text
+
+
+def test_a_restart_is_on_record_before_the_new_process_can_be_seen(
+    sleeper_layout: Layout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A reader (``testbed status``) that sees the new process must also see its restart: the
+    # integration test read restarts=0 beside a new, healthy pid while another operator of the
+    # same round was still starting.
+    layout = sleeper_layout
+    first = process.start(
+        ["/bin/sleep", "300"],
+        log_file=layout.log_file(SLEEPER.name),
+        pid_file=layout.pid_file(SLEEPER.name),
+    )
+    backoff = Backoff(initial=0.0)
+    supervise.supervise_once(layout, components=[SLEEPER], backoff=backoff)
+    process.kill(first)
+    supervise.supervise_once(layout, components=[SLEEPER], backoff=backoff)  # the crash
+    seen_while_starting: list[int] = []
+    real_start = supervise.start_component
+
+    def start_and_look(*args: Any, **kwargs: Any) -> Any:
+        seen_while_starting.append(supervise.load(layout)[SLEEPER.name].restarts)
+        return real_start(*args, **kwargs)
+
+    monkeypatch.setattr(supervise, "start_component", start_and_look)
+    state = supervise.supervise_once(layout, components=[SLEEPER], backoff=backoff)
+    assert state[SLEEPER.name].restarts == 1
+    assert seen_while_starting == [1]
