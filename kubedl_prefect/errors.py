@@ -16,7 +16,8 @@ Tree::
     │   │   └── OperatorNotInstalledError  the job's kind (its operator's CRD) is not served
     │   ├── ConflictError              409 (AlreadyExists, resourceVersion conflict)
     │   │   └── AdoptionRefusedError   a job of that name exists but is not ours or differs
-    │   ├── ForbiddenError             401/403 (RBAC)
+    │   ├── UnauthenticatedError       401 (the credentials were not accepted)
+    │   ├── ForbiddenError             403 (RBAC)
     │   ├── InvalidObjectError         422 (schema or admission rejected the object)
     │   ├── ServerError                5xx, 429                                   (retryable)
     │   └── KubeConnectionError        the API server could not be reached       (retryable)
@@ -47,17 +48,72 @@ pickle, whatever its constructor's signature.
 The data an error carries lives here too, below every other layer: :class:`SpecIssue` and the
 diagnosis of a failed job (:class:`Diagnosis`, :class:`FailureCategory`), which
 :mod:`kubedl_prefect.lifecycle.diagnosis` computes and re-exports.
+
+No error shows credentials of a URL: every message and hint goes through :func:`redact_urls`
+(``https://user:password@host`` is shown as ``https://***@host``); :func:`redact_url`,
+:func:`strip_user_info` and :func:`has_user_info` serve the layers that take URLs.
 """
 
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 _E = TypeVar("_E", bound="KubeDLPrefectError")
+
+_USER_INFO: Final = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/?#\s]*@")
+"""A URL's scheme and its user info (up to the last ``@`` before the path, as URL parsers read
+it), wherever a URL starts in a text."""
+
+
+def redact_urls(text: str) -> str:
+    """``text`` with the user info of every URL in it replaced by ``***``.
+
+    Example:
+        >>> redact_urls("GET 'https://ci:s3cr3t@mlflow:5000/api' failed; see http://docs/x@y")
+        "GET 'https://***@mlflow:5000/api' failed; see http://docs/x@y"
+    """
+    return _USER_INFO.sub(r"\1***@", text)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its user info replaced by ``***`` (``https://***@host``), for messages.
+
+    Example:
+        >>> redact_url("https://admin:pw@[::1]:6443/api")
+        'https://***@[::1]:6443/api'
+    """
+    return redact_urls(url)
+
+
+def strip_user_info(url: str) -> str:
+    """``url`` without user info at all, for a URL that names a server (``https://host``).
+
+    Example:
+        >>> strip_user_info("https://admin:pw@k8s:6443")
+        'https://k8s:6443'
+    """
+    return _USER_INFO.sub(r"\1", url)
+
+
+def has_user_info(url: str) -> bool:
+    """Whether ``url`` carries user info (``user@`` or ``user:password@``) before its host.
+
+    Example:
+        >>> has_user_info("https://ci:pw@mlflow"), has_user_info("s3://bucket/a@b")
+        (True, False)
+    """
+    try:
+        parts = urlsplit(url.strip())
+        parsed = parts.username is not None or parts.password is not None
+    except ValueError:  # a malformed host (an unclosed IPv6 bracket)
+        parsed = False
+    return parsed or _USER_INFO.match(url.strip()) is not None
 
 
 class KubeDLPrefectError(Exception):
@@ -72,6 +128,9 @@ class KubeDLPrefectError(Exception):
     default_retryable: bool = False
 
     def __init__(self, message: str, *, hint: str | None = None, retryable: bool | None = None):
+        # A URL quoted in a message (ours, or a library's text) never shows its credentials.
+        message = redact_urls(message)
+        hint = None if hint is None else redact_urls(hint)
         super().__init__(message)
         self.message = message
         self.hint = hint
@@ -188,6 +247,14 @@ class ConflictError(KubeAPIError):
 
 class AdoptionRefusedError(ConflictError):
     """A job of the deterministic name exists, but is not ours or was made from another spec."""
+
+
+class UnauthenticatedError(KubeAPIError):
+    """The API server did not accept the credentials (401).
+
+    A wrong, expired or revoked token, or a client certificate it does not trust; not a missing
+    permission (that is a 403, :class:`ForbiddenError`).
+    """
 
 
 class ForbiddenError(KubeAPIError):

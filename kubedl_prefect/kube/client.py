@@ -22,11 +22,11 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, NamedTuple
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from kubernetes_asyncio import client as k8s_client
@@ -40,7 +40,9 @@ from kubedl_prefect.errors import (
     KubeDLPrefectError,
     NotFoundError,
     ServerError,
+    UnauthenticatedError,
     WatchError,
+    strip_user_info,
 )
 from kubedl_prefect.kube.resources import PODS, KubeObject, ResourceKind
 
@@ -105,7 +107,16 @@ def api_error(status: int, body: str, action: str) -> KubeAPIError:
         )
     if status == 409:
         return ConflictError(text, status=status, reason=reason or "Conflict")
-    if status in (401, 403):
+    if status == 401:
+        return UnauthenticatedError(
+            text,
+            status=status,
+            reason=reason or "Unauthorized",
+            hint="the API server did not accept the credentials: the token or client "
+            "certificate is invalid or expired (a short-lived token, a deleted ServiceAccount, "
+            "a rotated certificate); renew them in the kubeconfig or the cluster block",
+        )
+    if status == 403:
         return ForbiddenError(
             text,
             status=status,
@@ -269,14 +280,14 @@ class KubeClient:
 
     async def get_text(self, path: str) -> str:
         """GET a non-resource path (``/metrics``, ``/readyz``) and return the body as text."""
-        return await self._text(path, f"get {path}")
+        return await self._text(checked_path(path), f"get {path}")
 
     async def read_log(
         self, namespace: str, pod: str, container: str, *, tail_lines: int = 50
     ) -> list[str]:
         """The last ``tail_lines`` lines of a container's log (current or last instance)."""
         query: dict[str, str | int | bool] = {"container": container, "tailLines": tail_lines}
-        path = PODS.path(namespace, pod, "log")
+        path = request_path(PODS, namespace, pod, "log")
         text = await self._text(path, f"read log of pod {namespace}/{pod}", query=query)
         return text.splitlines()
 
@@ -293,12 +304,12 @@ class KubeClient:
         if dry_run:
             query["dryRun"] = "All"
         return await self._json(
-            "POST", kind.path(namespace), f"create {kind}/{name}", query=query, body=body
+            "POST", request_path(kind, namespace), f"create {kind}/{name}", query=query, body=body
         )
 
     async def get(self, kind: ResourceKind, namespace: str | None, name: str) -> KubeObject:
         """Read one object; :class:`NotFoundError` when it does not exist."""
-        return await self._json("GET", kind.path(namespace, name), f"get {kind}/{name}")
+        return await self._json("GET", request_path(kind, namespace, name), f"get {kind}/{name}")
 
     async def list(
         self,
@@ -315,8 +326,9 @@ class KubeClient:
             query["labelSelector"] = label_selector
         if field_selector:
             query["fieldSelector"] = field_selector
+        path = request_path(kind, namespace)
         while True:
-            page = await self._json("GET", kind.path(namespace), f"list {kind}", query=query)
+            page = await self._json("GET", path, f"list {kind}", query=query)
             items.extend(page.get("items") or [])
             metadata = page.get("metadata") or {}
             token = metadata.get("continue")
@@ -337,7 +349,7 @@ class KubeClient:
         """Patch an object (merge patch by default), or its ``status`` subresource."""
         return await self._json(
             "PATCH",
-            kind.path(namespace, name, subresource),
+            request_path(kind, namespace, name, subresource),
             f"patch {kind}/{name}",
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
@@ -369,7 +381,7 @@ class KubeClient:
             query["dryRun"] = "All"
         return await self._json(
             "PATCH",
-            kind.path(namespace, name),
+            request_path(kind, namespace, name),
             f"apply {kind}/{name}",
             query=query,
             body=body,
@@ -384,12 +396,23 @@ class KubeClient:
         *,
         propagation: PropagationPolicy = "Foreground",
         missing_ok: bool = True,
+        uid: str | None = None,
     ) -> KubeObject | None:
-        """Delete an object; returns what the server answered, or ``None`` if it was gone."""
-        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        """Delete an object; returns what the server answered, or ``None`` if it was gone.
+
+        With ``uid``, only the object of that uid is deleted (``preconditions.uid``): another
+        object of the same name, created after it, answers :class:`ConflictError` (409).
+        """
+        body: dict[str, Any] = {
+            "kind": "DeleteOptions",
+            "apiVersion": "v1",
+            "propagationPolicy": propagation,
+        }
+        if uid:
+            body["preconditions"] = {"uid": uid}
         try:
             return await self._json(
-                "DELETE", kind.path(namespace, name), f"delete {kind}/{name}", body=body
+                "DELETE", request_path(kind, namespace, name), f"delete {kind}/{name}", body=body
             )
         except NotFoundError:
             if missing_ok:
@@ -425,7 +448,11 @@ class KubeClient:
             query["timeoutSeconds"] = timeout_seconds
         action = f"watch {kind}"
         response = await self._open(
-            "GET", kind.path(namespace), action, query=query, read_timeout_s=inactivity_timeout_s
+            "GET",
+            request_path(kind, namespace),
+            action,
+            query=query,
+            read_timeout_s=inactivity_timeout_s,
         )
 
         def too_large(limit: int) -> KubeDLPrefectError:
@@ -479,7 +506,7 @@ class KubeClient:
         if since_time:
             query["sinceTime"] = since_time
         action = f"follow log of pod {namespace}/{pod} container {container}"
-        path = PODS.path(namespace, pod, "log")
+        path = request_path(PODS, namespace, pod, "log")
         response = await self._open(
             "GET", path, action, query=query, read_timeout_s=inactivity_timeout_s
         )
@@ -591,16 +618,123 @@ def _log_text(line: _StreamLine) -> str:
     return text
 
 
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_SHOWN_CHARACTERS = 60
+
+
+def is_dns1123_label(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 label (namespaces): ``[a-z0-9-]``, at most 63."""
+    return len(value) <= 63 and _DNS1123_LABEL.fullmatch(value) is not None
+
+
+def is_dns1123_subdomain(value: str) -> bool:
+    """Whether ``value`` is a DNS-1123 subdomain (most object names): labels joined by dots."""
+    return len(value) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(value) is not None
+
+
+def path_segment_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an object's name in a request path, or ``None`` if it can.
+
+    The rule of the most lenient kinds (RBAC objects: ``system:auth-delegator``), the API
+    server's own: not empty, ``.`` or ``..``, no ``/`` or ``%``; and, stricter, printable ASCII
+    without spaces, at most 253 characters. Everything else is quoted.
+    """
+    if not value:
+        return "it is empty"
+    if value in (".", ".."):
+        return "it is a relative path segment"
+    if "/" in value or "%" in value:
+        return "it contains '/' or '%'"
+    if not all("!" <= character <= "~" for character in value):
+        return "it contains a space, a control or a non-ASCII character"
+    if len(value) > 253:
+        return "it is longer than 253 characters"
+    return None
+
+
+def shown(value: str) -> str:
+    """``value`` quoted for a message, shortened to a few dozen characters."""
+    if len(value) <= _SHOWN_CHARACTERS:
+        return repr(value)
+    return f"{value[:_SHOWN_CHARACTERS]!r}... ({len(value)} characters)"
+
+
+def _refused(what: str, value: str, problem: str) -> KubeAPIError:
+    return KubeAPIError(
+        f"request not sent: the {what} {shown(value)} cannot be part of a Kubernetes API path: "
+        f"{problem}",
+        reason="InvalidName",
+        hint="pass the name as the cluster gave it; a reference read from a result, a file or "
+        "an argument is untrusted input",
+    )
+
+
+def request_path(
+    kind: ResourceKind,
+    namespace: str | None = None,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> str:
+    """The REST path of a collection or object, built only from segments Kubernetes allows.
+
+    The namespace must be a DNS-1123 label, the name a path segment
+    (:func:`path_segment_problem`), the kind's group a DNS-1123 subdomain, its version, plural
+    and the subresource DNS-1123 labels (a plural that poses a subresource as a collection,
+    ``serviceaccounts/<name>/token``, DNS-1123 names between its slashes). Names are quoted.
+
+    Raises:
+        KubeAPIError: A segment is not allowed (reason ``InvalidName``; nothing was sent).
+    """
+    if kind.group and not is_dns1123_subdomain(kind.group):
+        raise _refused("API group", kind.group, "it is not a DNS-1123 subdomain")
+    if not is_dns1123_label(kind.version):
+        raise _refused("API version", kind.version, "it is not a DNS-1123 label")
+    # A subresource posed as a collection (``serviceaccounts/<name>/token``) has several.
+    plural, *below = kind.plural.split("/")
+    if not is_dns1123_label(plural) or not all(is_dns1123_subdomain(s) for s in below):
+        raise _refused(
+            "resource", kind.plural, "its segments are not DNS-1123 labels or subdomains"
+        )
+    if kind.namespaced and namespace is not None and not is_dns1123_label(namespace):
+        raise _refused(
+            "namespace",
+            namespace,
+            "a namespace is a DNS-1123 label (lower-case letters, digits and '-', starting and "
+            "ending with a letter or digit, at most 63 characters)",
+        )
+    if name is not None:
+        problem = path_segment_problem(name)
+        if problem is not None:
+            raise _refused("name", name, problem)
+    if subresource is not None and not is_dns1123_label(subresource):
+        raise _refused("subresource", subresource, "it is not a DNS-1123 label")
+    return kind.path(namespace, name, subresource)
+
+
+def checked_path(path: str) -> str:
+    """A non-resource path (``/metrics``) whose segments are all allowed path segments.
+
+    Raises:
+        KubeAPIError: A segment is empty, ``.``, ``..`` or otherwise refused (nothing sent).
+    """
+    if not path.startswith("/"):
+        raise _refused("path", path, "it does not start with '/'")
+    for segment in path[1:].split("/"):
+        problem = path_segment_problem(segment)
+        if problem is not None:
+            raise _refused("path", path, f"a segment of it: {problem}")
+    return path
+
+
 def public_url(url: str) -> str:
-    """``url`` without user info (``https://user:password@host`` becomes ``https://host``)."""
-    parts = urlsplit(url.rstrip("/"))
-    if parts.username is None and parts.password is None:
-        return urlunsplit(parts)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    return urlunsplit(parts._replace(netloc=netloc))
+    """``url`` without user info or a trailing slash (``errors.strip_user_info``).
+
+    Example:
+        >>> public_url("https://user:password@k8s.example:6443/")
+        'https://k8s.example:6443'
+    """
+    return strip_user_info(url.rstrip("/"))
 
 
 def _query_value(value: str | int | bool) -> str:

@@ -24,15 +24,19 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import ipaddress
+import logging
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import yaml
@@ -40,14 +44,42 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
-from kubedl_prefect.errors import KubeConnectionError
+from kubedl_prefect.errors import KubeConnectionError, SpecError
 from kubedl_prefect.kube.client import KubeClient, public_url
+from kubedl_prefect.spec.reader import Limits, parse_document, plain_numbers
+
+logger = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 """Where Kubernetes mounts a pod's ServiceAccount token (``token``) and CA (``ca.crt``)."""
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
 """The kubeconfig read when neither a path nor ``$KUBECONFIG`` is given."""
+
+MAX_KUBECONFIG_BYTES: Final = 1024 * 1024
+"""The largest kubeconfig content accepted (1 MiB: a few hundred clusters with their CAs)."""
+
+_KUBECONFIG_LIMITS: Final = Limits(MAX_KUBECONFIG_BYTES, what="kubeconfig")
+
+_UNTRUSTED_KEYS: Final = {
+    "user": {
+        "exec": "runs a command on this machine",
+        "auth-provider": "runs an authentication plugin on this machine",
+        "tokenFile": "sends a file of this machine as the token",
+        "client-certificate": "reads a file of this machine",
+        "client-key": "reads a file of this machine",
+    },
+    "cluster": {"certificate-authority": "reads a file of this machine"},
+}
+"""What kubeconfig content may hold only when trusted, by entry kind, with what it does."""
+
+TRUST_HINT: Final = (
+    "embed the data instead (`kubectl config view --raw --minify --flatten` embeds certificates "
+    "and keys) and use a token or a client certificate; or, if whoever may edit the content may "
+    "also run commands as this worker, set trust_kubeconfig on the KubernetesCluster block "
+    "(KubeconfigContent(..., trusted=True))"
+)
+"""What to do about kubeconfig content refused for running commands or reading files."""
 
 _DIGEST_CHARS = 32
 
@@ -90,23 +122,37 @@ class KubeconfigFile:
 class KubeconfigContent:
     """The YAML text of a kubeconfig (a secret: it usually holds a token or a client key).
 
+    Content comes from elsewhere (a block, a secret store), so it is read as data: at most
+    :data:`MAX_KUBECONFIG_BYTES`, with the bounded YAML reader (aliases, depth), in a worker
+    thread. Unless ``trusted``, it may hold only embedded credentials (``token``,
+    ``client-certificate-data``/``client-key-data``, ``username``/``password``,
+    ``certificate-authority-data``): an ``exec`` or ``auth-provider`` user (a command run on
+    this machine) and file references (``tokenFile``, ``client-certificate``, ``client-key``,
+    ``certificate-authority``: files of this machine, sent to the server the content names)
+    are refused.
+
     Args:
-        content: The kubeconfig document. Files it names (``certificate-authority``,
-            ``tokenFile``) are read relative to the working directory; embedded data
-            (``certificate-authority-data``, ``token``) needs no files.
+        content: The kubeconfig document (YAML or JSON).
         context: The context to use; ``None`` uses the document's ``current-context``.
+        trusted: Let the content run commands and read files as a kubeconfig file of this
+            machine does. Whoever wrote the content can then run commands as this process.
     """
 
     content: str = field(repr=False)
     context: str | None = None
+    trusted: bool = False
 
     def session_key(self) -> str:
-        """``kubeconfig-content:<digest of the content>#<context>``."""
-        return f"kubeconfig-content:{_digest(self.content)}#{self.context or ''}"
+        """``kubeconfig-content:<digest of the content>#<context>`` (``-trusted`` when it is)."""
+        kind = "kubeconfig-content-trusted" if self.trusted else "kubeconfig-content"
+        return f"{kind}:{_digest(self.content)}#{self.context or ''}"
 
     def __repr__(self) -> str:
         size = len(self.content)
-        return f"KubeconfigContent(content=<{size} characters>, context={self.context!r})"
+        return (
+            f"KubeconfigContent(content=<{size} characters>, context={self.context!r}, "
+            f"trusted={self.trusted})"
+        )
 
 
 @dataclass(frozen=True)
@@ -126,12 +172,14 @@ class BearerToken:
     """An API server's URL and a bearer token.
 
     Args:
-        server: The API server's URL (``https://host:port``).
+        server: The API server's URL (``https://host:port``). ``http://`` is refused (the
+            token would travel in clear text) except to a loopback address (``kubectl proxy``).
         token: The bearer token (a secret).
         ca_cert: The CA certificate(s) to check the server against, as PEM text.
         ca_file: The same, as a file; give at most one of ``ca_cert`` and ``ca_file``. With
             neither, the system's trusted CAs are used.
-        insecure_skip_tls_verify: Do not check the server's certificate (tests only).
+        insecure_skip_tls_verify: Do not check the server's certificate (test clusters only;
+            not with a CA). Logged as a warning, once per server and process.
     """
 
     server: str
@@ -170,7 +218,7 @@ async def connect(credentials: Credentials) -> KubeClient:
         KubeConnectionError: The credentials are unusable (a missing or invalid kubeconfig, an
             unknown context, not running in a pod, a malformed URL or CA); not retryable, with a
             hint. Nothing is sent to the server yet, so a wrong token is only refused (as
-            :class:`~kubedl_prefect.errors.ForbiddenError`) by the first request.
+            :class:`~kubedl_prefect.errors.UnauthenticatedError`) by the first request.
     """
     if isinstance(credentials, KubeconfigFile):
         configuration = await _kubeconfig_file(credentials)
@@ -275,15 +323,76 @@ async def _kubeconfig_file(credentials: KubeconfigFile) -> k8s_client.Configurat
     return configuration
 
 
+_CONTENT_HINT: Final = "pass the YAML text of a kubeconfig (apiVersion: v1, kind: Config)"
+
+
+def _read_kubeconfig_content(content: str) -> dict[str, Any]:
+    """The document of kubeconfig content, read with the bounded reader (run it in a thread).
+
+    Raises:
+        KubeConnectionError: Too large, not YAML, over the reader's limits, not a kubeconfig.
+    """
+    what = "kubeconfig content"
+    try:
+        _, document = parse_document(content, source=what, limits=_KUBECONFIG_LIMITS)
+    except SpecError as exc:
+        issue = exc.issues[0]
+        if issue.path == "(file)":  # too large
+            raise _unusable(
+                what, issue.problem, "keep only the context in use (`kubectl config view --minify`)"
+            ) from None
+        # The reader may quote a scalar it found ambiguous: a password, maybe. Hide quoted text.
+        problem = _QUOTED.sub("<...>", issue.problem)
+        raise _unusable(what, f"invalid YAML: {problem}", _QUOTED.sub("<...>", issue.fix)) from None
+    if not isinstance(document, dict) or not document.get("clusters"):
+        raise _unusable(what, "it is not a kubeconfig document (no clusters)", _CONTENT_HINT)
+    data = plain_numbers(document)
+    assert isinstance(data, dict)
+    return data
+
+
+_QUOTED: Final = re.compile(r"'[^']*'")
+
+
+def untrusted_entries(document: dict[str, Any]) -> list[str]:
+    """What in a kubeconfig document runs commands or reads files of this machine. Pure.
+
+    Returns:
+        One line per key found, naming the entry: ``user 'eks' has exec (runs a command...)``.
+
+    Example:
+        >>> untrusted_entries({"users": [{"name": "eks", "user": {"exec": {"command": "aws"}}}]})
+        ["user 'eks' has exec (runs a command on this machine)"]
+    """
+    found: list[str] = []
+    for kind, keys in _UNTRUSTED_KEYS.items():
+        entries = document.get(f"{kind}s")
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not isinstance(entry, dict) or not isinstance(entry.get(kind), dict):
+                continue
+            name = entry.get("name")
+            label = repr(str(name)[:80]) if name is not None else f"#{index + 1}"
+            found += [
+                f"{kind} {label} has {key} ({does})"
+                for key, does in keys.items()
+                if key in entry[kind]
+            ]
+    return found
+
+
 async def _kubeconfig_content(credentials: KubeconfigContent) -> k8s_client.Configuration:
     what = "kubeconfig content"
-    hint = "pass the YAML text of a kubeconfig (apiVersion: v1, kind: Config)"
-    try:
-        document = yaml.safe_load(credentials.content)
-    except yaml.YAMLError as exc:
-        raise _unusable(what, _yaml_problem(exc), hint) from None
-    if not isinstance(document, dict) or not document.get("clusters"):
-        raise _unusable(what, "it is not a kubeconfig document (no clusters)", hint)
+    hint = _CONTENT_HINT
+    # Reading is bounded, but a large document still takes a while: not on the event loop.
+    document = await asyncio.to_thread(_read_kubeconfig_content, credentials.content)
+    refused = [] if credentials.trusted else untrusted_entries(document)
+    if refused:
+        raise _unusable(
+            what,
+            "it would run commands or read files of this machine, which content may do only "
+            f"when trusted: {'; '.join(refused)}",
+            TRUST_HINT,
+        )
     configuration = k8s_client.Configuration()
     try:
         await k8s_config.load_kube_config_from_dict(
@@ -329,10 +438,25 @@ def _bearer_token_client(credentials: BearerToken) -> KubeClient:
         raise _unusable(
             what, "the server URL holds user info", "pass the credentials as the token only"
         )
+    if parts.scheme == "http" and not _is_loopback(parts.hostname):
+        raise _unusable(
+            what,
+            "the server is an http:// URL, and the token would be sent in clear text",
+            "pass the API server's https:// URL (http:// is accepted only for a loopback "
+            "address, such as kubectl proxy's http://127.0.0.1:8001)",
+        )
     if not credentials.token.strip():
         raise _unusable(what, "the token is empty", "pass a bearer token")
     if credentials.ca_cert is not None and credentials.ca_file is not None:
         raise _unusable(what, "both ca_cert and ca_file are given", "pass one of them")
+    if credentials.insecure_skip_tls_verify and (
+        credentials.ca_cert is not None or credentials.ca_file is not None
+    ):
+        raise _unusable(
+            what,
+            "both insecure_skip_tls_verify and a CA are given",
+            "pass the CA to check the server against, or insecure_skip_tls_verify, not both",
+        )
     if credentials.ca_file is not None and not os.path.isfile(credentials.ca_file):
         raise _unusable(
             what, f"CA file {credentials.ca_file} does not exist", "pass the path of a PEM file"
@@ -346,6 +470,8 @@ def _bearer_token_client(credentials: BearerToken) -> KubeClient:
                 f"ca_cert is not a PEM certificate ({_first_line(exc)})",
                 "pass the CA certificate as PEM text (-----BEGIN CERTIFICATE-----...)",
             ) from None
+    if credentials.insecure_skip_tls_verify and parts.scheme == "https":
+        _warn_insecure_once(public_url(server))
     configuration = k8s_client.Configuration(host=server)
     configuration.api_key = {"BearerToken": f"Bearer {credentials.token.strip()}"}
     configuration.verify_ssl = not credentials.insecure_skip_tls_verify
@@ -355,6 +481,34 @@ def _bearer_token_client(credentials: BearerToken) -> KubeClient:
         client = _client(configuration, credentials.session_key(), what=what)
     configuration.ssl_ca_cert = credentials.ca_file
     return client
+
+
+def _is_loopback(host: str | None) -> bool:
+    """Whether ``host`` names this machine (``localhost``, ``127.0.0.0/8``, ``::1``)."""
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_warned_insecure: set[str] = set()
+"""The servers whose skipped TLS verification was logged already (once per process each)."""
+
+
+def _warn_insecure_once(server: str) -> None:
+    if server in _warned_insecure:
+        return
+    _warned_insecure.add(server)
+    logger.warning(
+        "TLS verification is off for %s (insecure_skip_tls_verify): the bearer token goes to "
+        "whoever answers at that address. Use it for test clusters only; pass the server's CA "
+        "(ca_cert or ca_file) otherwise.",
+        server,
+    )
 
 
 @contextmanager

@@ -228,6 +228,7 @@ class ArtifactWriter:
         self._lock = threading.Lock()
         self._last_percent: int | None = None
         self._last_rows: list[dict[str, Any]] | None = None
+        self._unsent: tuple[list[dict[str, Any]], str] | None = None
         self._open: Any = None
 
     def _client(self) -> Any:
@@ -272,16 +273,29 @@ class ArtifactWriter:
         rows = replica_rows(states)
         if rows == self._last_rows:
             return
-        self._last_rows = rows
+        self._unsent = (rows, job)
         self._put("replicas", "table", json.dumps(rows), f"Replicas of `{job}`")
+        self._last_rows, self._unsent = rows, None  # remembered once Prefect has them
+
+    def resend(self) -> None:
+        """Send the replica table again if its last update never reached Prefect.
+
+        A Prefect API that was down longer than its client retries (about a minute) loses the
+        update of the terminal phase, and no later phase change would send it: the end of the
+        run sends it once more.
+        """
+        if self._unsent is not None:
+            rows, job = self._unsent
+            self._put("replicas", "table", json.dumps(rows), f"Replicas of `{job}`")
+            self._last_rows, self._unsent = rows, None
 
     def progress(self, progress: Progress, job: str) -> None:
         """Create or move the progress bar (only when the whole percentage changes)."""
         percent = int(progress.percent)
         if percent == self._last_percent:
             return
-        self._last_percent = percent
         self._put("progress", "progress", float(percent), f"Training progress of `{job}`")
+        self._last_percent = percent
 
     def summary(self, result: TrainingResult) -> None:
         """Write the summary of the finished run."""

@@ -31,18 +31,29 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar
 
 from prefect.blocks.abstract import JobBlock
 from prefect.blocks.core import Block
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, SecretStr, model_validator
+from prefect.types import SecretDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
-from kubedl_prefect.errors import KubeDLPrefectError
+from kubedl_prefect.errors import KubeDLPrefectError, has_user_info
 from kubedl_prefect.lifecycle.backend import TrainingBackend, WaitTimeouts
 from kubedl_prefect.lifecycle.retry import RetryPolicy
 from kubedl_prefect.prefect.results import TrainingResult
 from kubedl_prefect.spec import (
     Dialect,
+    PodSecurityFinding,
     TrainingJobSpec,
     load_spec,
-    loads_spec,
+    load_untrusted_spec,
     parse_spec,
+    pod_security_warnings,
     spec_to_data,
     validate,
 )
@@ -102,6 +113,15 @@ class KubernetesCluster(Block):
     (a bearer token, kept secret; with ``ca_cert`` or ``ca_file``). With none of them the
     process's default applies: ``$KUBECONFIG`` or ``~/.kube/config``, else the pod's account.
 
+    Whoever can edit a block must not thereby run commands on the machine where flows run.
+    So ``kubeconfig`` content may hold only embedded credentials (a token, a client certificate
+    and key as ``*-data``, the CA as ``certificate-authority-data``): ``exec`` and
+    ``auth-provider`` users and file references (``tokenFile``, ``client-certificate``,
+    ``client-key``, ``certificate-authority``) are refused, unless ``trust_kubeconfig`` is set,
+    which trusts the block's editors with the worker. ``kubeconfig_path`` names a file of the
+    worker, written by the worker's administrator: it is used as kubectl would, ``exec`` and
+    files included (a block can choose among the worker's kubeconfigs, not write one).
+
     Every backend made from blocks with the same credentials shares one client and one watch per
     kind and namespace in a process, however many tasks use them.
 
@@ -143,10 +163,22 @@ class KubernetesCluster(Block):
             "field."
         ),
     )
+    trust_kubeconfig: bool = Field(
+        default=False,
+        title="Trust the kubeconfig content",
+        description=(
+            "Let the kubeconfig content run commands (exec, auth-provider) and read files "
+            "(tokenFile, certificate files) on the machine where the flow runs. This trusts "
+            "the block's editors with the worker: they can run commands as the worker."
+        ),
+    )
     kubeconfig_path: str | None = Field(
         default=None,
         title="Kubeconfig path",
-        description="A kubeconfig file on the machine where the flow runs.",
+        description=(
+            "A kubeconfig file on the machine where the flow runs, used as kubectl uses it "
+            "(exec plugins included): the worker's own file."
+        ),
     )
     context: str | None = Field(
         default=None,
@@ -161,7 +193,10 @@ class KubernetesCluster(Block):
     server: str | None = Field(
         default=None,
         title="API server URL",
-        description="For token authentication: https://host:port of the API server.",
+        description=(
+            "For token authentication: https://host:port of the API server (http:// only to a "
+            "loopback address: the token would travel in clear text)."
+        ),
     )
     token: SecretStr | None = Field(
         default=None,
@@ -184,7 +219,10 @@ class KubernetesCluster(Block):
     insecure_skip_tls_verify: bool = Field(
         default=False,
         title="Skip TLS verification",
-        description="Do not check the server's certificate (test clusters only).",
+        description=(
+            "For token authentication: do not check the server's certificate (test clusters "
+            "only; not with a CA). The flow logs a warning."
+        ),
     )
 
     @model_validator(mode="after")
@@ -209,6 +247,19 @@ class KubernetesCluster(Block):
             raise ValueError("give ca_cert or ca_file, not both")
         if ways != ["token"] and (self.ca_cert is not None or self.ca_file is not None):
             raise ValueError("ca_cert and ca_file go with server + token only")
+        if ways != ["kubeconfig"] and self.trust_kubeconfig:
+            raise ValueError("trust_kubeconfig goes with kubeconfig (its content) only")
+        if ways != ["token"] and self.insecure_skip_tls_verify:
+            raise ValueError(
+                "insecure_skip_tls_verify goes with server + token only (a kubeconfig says "
+                "insecure-skip-tls-verify itself)"
+            )
+        if self.insecure_skip_tls_verify and (self.ca_cert is not None or self.ca_file is not None):
+            raise ValueError(
+                "give a CA to check the server against, or insecure_skip_tls_verify, not both"
+            )
+        if self.server is not None and has_user_info(self.server):
+            raise ValueError("the server URL holds user info: pass the credentials as the token")
         if self.ca_cert is not None:
             self.ca_cert = normalize_ca(self.ca_cert)
         return self
@@ -220,7 +271,9 @@ class KubernetesCluster(Block):
         """A block holding the *content* of a kubeconfig file (kept secret once saved).
 
         Use it to save a cluster whose flows run on other machines; refer to the file with
-        ``KubernetesCluster(kubeconfig_path=...)`` when they run here.
+        ``KubernetesCluster(kubeconfig_path=...)`` when they run here. As content, it may hold
+        only embedded credentials: a file with ``exec`` users or file references is refused
+        when the flow connects, unless the block is given ``trust_kubeconfig=True``.
         """
         text = Path(path).expanduser().read_text(encoding="utf-8")
         return cls(kubeconfig=SecretStr(text), context=context, namespace=namespace)
@@ -238,7 +291,9 @@ class KubernetesCluster(Block):
         from kubedl_prefect.kube.session import default_credentials
 
         if self.kubeconfig is not None:
-            return KubeconfigContent(self.kubeconfig.get_secret_value(), self.context)
+            return KubeconfigContent(
+                self.kubeconfig.get_secret_value(), self.context, trusted=self.trust_kubeconfig
+            )
         if self.in_cluster:
             return InCluster()
         if self.token is not None and self.server is not None:
@@ -385,14 +440,38 @@ class LocalCluster(Block):
     gpus: int | None = Field(
         default=None, ge=0, title="GPUs", description="GPUs to admit (default: those found)."
     )
-    env: dict[str, SecretStr] = Field(
-        default_factory=dict,
+    # A SecretDict, not dict[str, SecretStr]: Prefect's API masks every value of a SecretDict
+    # ("env.*" in the schema's secret_fields), but not the values of a dict of SecretStr.
+    env: SecretDict = Field(
+        default_factory=lambda: SecretDict({}),
         title="Environment",
         description=(
             "Variables every replica gets over the spec's (kept secret); they stand in for the "
             "spec's Secret and ConfigMap references, which have no local value."
         ),
     )
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_of_strings(cls, value: Any) -> Any:
+        """Names and values as strings (``SecretStr`` values accepted), never quoting a value."""
+        if isinstance(value, SecretDict):
+            value = value.get_secret_value()
+        if value == "":  # how an empty SecretDict is dumped to JSON
+            return {}
+        if isinstance(value, str):
+            raise ValueError(
+                "env holds a masked value, not the variables: load the block with its secrets"
+            )
+        if not isinstance(value, dict):
+            raise ValueError("env must map variable names to values")
+        variables: dict[str, str] = {}
+        for name, item in value.items():
+            plain = item.get_secret_value() if isinstance(item, SecretStr) else item
+            if not isinstance(name, str) or not isinstance(plain, str):
+                raise ValueError(f"env variable {str(name)!r}: its name and value must be strings")
+            variables[name] = plain
+        return variables
 
     @property
     def namespace(self) -> str:
@@ -433,7 +512,7 @@ class LocalCluster(Block):
         return LocalBackend(
             namespace or self.namespace,
             capacity=capacity,
-            env={name: value.get_secret_value() for name, value in self.env.items()},
+            env=dict(self.env.get_secret_value()),
             working_dir=self.working_dir,
             labels=labels,
         )
@@ -578,7 +657,10 @@ class TrainingJob(JobBlock[TrainingResult]):
     spec_file: str | None = Field(
         default=None,
         title="Spec file",
-        description="Or: a spec YAML file, read on the machine where the flow runs.",
+        description=(
+            "Or: a spec YAML file, read on the machine where the flow runs: a .yaml, .yml or "
+            ".json file inside the flow's working directory (or $KUBEDL_PREFECT_SPEC_ROOT)."
+        ),
     )
     cluster: KubernetesCluster | LocalCluster = Field(
         default_factory=KubernetesCluster,
@@ -660,14 +742,33 @@ class TrainingJob(JobBlock[TrainingResult]):
     def training_spec(self) -> TrainingJobSpec:
         """The typed spec (read from :attr:`spec_file` when that is how it was given).
 
+        A block is untrusted input: its ``spec_file`` is read only if it is a ``.yaml``,
+        ``.yml`` or ``.json`` file inside the flow's working directory (or
+        ``$KUBEDL_PREFECT_SPEC_ROOT``), and the file's lines are quoted in errors only once it
+        parsed as a spec (:func:`~kubedl_prefect.spec.load_untrusted_spec`).
+
         Raises:
             SpecError: The spec or the file is invalid, with every problem's field and fix.
         """
         if self.spec is not None:
             return parse_spec(self.spec, source="the block's spec")
         assert self.spec_file is not None
-        path = Path(self.spec_file).expanduser()
-        return load_spec(path) if path.exists() else loads_spec(path.read_text())
+        return load_untrusted_spec(self.spec_file)
+
+    def pod_security_warnings(self) -> list[PodSecurityFinding]:
+        """The spec's settings that break a Pod Security level; :meth:`trigger` logs them.
+
+        The Restricted ones, and the Baseline ones the spec allows with
+        ``podSecurity: privileged`` (without it, the spec is refused).
+
+        Raises:
+            SpecError: As :meth:`training_spec`.
+        """
+        return pod_security_warnings(self.training_spec())
+
+    def _log_pod_security_warnings(self) -> None:
+        for finding in self.pod_security_warnings():
+            self.logger.warning("Pod security: %s", finding)
 
     def resolved_namespace(self) -> str:
         """The namespace jobs run in: this block's, else its cluster's default.
@@ -693,12 +794,14 @@ class TrainingJob(JobBlock[TrainingResult]):
         """
         from kubedl_prefect.prefect.runs import TrainingJobRun
 
+        self._log_pod_security_warnings()
         return await TrainingJobRun.start(self, key=key)
 
     def trigger_sync(self, key: str | None = None) -> SyncTrainingJobRun:
         """Blocking :meth:`trigger` for sync flows; the run's methods block too."""
         from kubedl_prefect.prefect.runs import SyncTrainingJobRun
 
+        self._log_pod_security_warnings()
         return SyncTrainingJobRun.start(self, key=key)
 
     async def attach(self, data: dict[str, Any] | str) -> TrainingJobRun:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any, Final
 
@@ -136,13 +136,7 @@ def job_event(
         status = update.status
         payload["phase"] = str(update.phase)
         payload["replicas"] = {
-            role: {
-                "active": counts.active,
-                "succeeded": counts.succeeded,
-                "failed": counts.failed,
-                "evicted": counts.evicted,
-            }
-            for role, counts in sorted(status.replicas.items())
+            role: asdict(counts) for role, counts in sorted(status.replicas.items())
         }
         if update.admission is not None:
             payload["scheduled"] = update.admission.scheduled

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from prefect.blocks.core import Block
 from pydantic import ConfigDict, Field, HttpUrl, SecretStr, model_validator
 
+from kubedl_prefect.errors import has_user_info
 from kubedl_prefect.prefect import blocks as _blocks
 from kubedl_prefect.prefect.blocks import (
     DOCUMENTATION_URL,
@@ -51,7 +52,8 @@ class MlflowRegistry(Block):
     ``password`` or ``token`` (kept secret; handed to MLflow through its own variables
     ``MLFLOW_TRACKING_USERNAME``/``PASSWORD``/``TOKEN`` in this process's environment, never
     logged); the pods read theirs from a Kubernetes Secret (``pod_credentials_secret`` and its
-    keys), so no credential ever appears in a job's manifest.
+    keys), so no credential ever appears in a job's manifest. A URI with ``user:password@`` in
+    it is refused: it would show the password wherever the URI is shown.
 
     Example:
         Save it once, use it by name in flows::
@@ -138,6 +140,17 @@ class MlflowRegistry(Block):
         title="Version ready (s)",
         description="How long a registration waits for the version to be READY.",
     )
+
+    @model_validator(mode="after")
+    def _no_credentials_in_uris(self) -> MlflowRegistry:
+        # A password in a URI would show in the block's JSON, its repr and every error quoting it.
+        from kubedl_prefect.registry.uris import CREDENTIALS_HINT
+
+        for name in ("tracking_uri", "registry_uri", "pod_tracking_uri"):
+            uri = getattr(self, name)
+            if uri is not None and has_user_info(uri):
+                raise ValueError(f"{name} holds user info (user:password@): {CREDENTIALS_HINT}")
+        return self
 
     @model_validator(mode="after")
     def _one_way_to_authenticate(self) -> MlflowRegistry:

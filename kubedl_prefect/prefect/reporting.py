@@ -123,7 +123,9 @@ class JobReporter:
         """The run ended: the progress at 100%, held-back log counts, the summary artifact."""
 
         def finish() -> None:
-            # The replica table was refreshed by the terminal phase change already.
+            # The terminal phase change refreshed the replica table; an update Prefect never
+            # got (it was down) goes again now.
+            self._safely("the replica table", self.artifacts.resend)
             if self._progressed and result.succeeded:
                 self._safely("the progress artifact", self._progress_done)
             self.forwarder.flush()

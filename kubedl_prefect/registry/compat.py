@@ -8,6 +8,10 @@ these. :func:`check` compares :class:`ModelFacts` (read from the ``MLmodel``) wi
 :class:`RuntimeProfile` (what the runtime's image holds) and returns every problem with the
 change that fixes it; errors refuse the deployment, warnings are reported.
 
+A fix names a format that runs no code on load first (ONNX; PyTorch's ``pt2`` with a server
+that refuses pickled records) and pickle last, for trusted models only: a pickled model runs
+code in the server that loads it, so a registered version is code to its server.
+
 :data:`KSERVE_MLSERVER` describes KServe's stock ``kserve-mlserver`` runtime (KServe v0.20:
 ``seldonio/mlserver:1.7.1``, whose image pins MLflow 2.19.0, Python 3.10, scikit-learn 1.5.2 and
 torch 2.4.1, read from MLServer 1.7.1's ``Dockerfile`` and ``poetry.lock``).
@@ -195,10 +199,29 @@ KSERVE_MLSERVER: Final = RuntimeProfile(
 )
 """KServe v0.20's stock ``kserve-mlserver`` runtime (``seldonio/mlserver:1.7.1``)."""
 
+_PICKLE_CAVEAT: Final = (
+    "only for a model whose training you trust, log it with {call}(..., "
+    "serialization_format='pickle'), which this runtime loads, but pickle runs code when the "
+    "server loads it"
+)
+
 _FORMAT_FIXES: Final = {
-    "sklearn": "log it with mlflow.sklearn.log_model(..., serialization_format='pickle')",
-    "pytorch": "log it with mlflow.pytorch.log_model(..., serialization_format='pickle')",
+    "sklearn": (
+        "prefer a format that runs no code on load: convert it to ONNX (skl2onnx, then "
+        "mlflow.onnx.log_model) and serve it with an ONNX runtime (model_format onnx); or use a "
+        "runtime image built on the MLflow that logged it (skops: safer than pickle, though its "
+        "trusted types come from the model itself); "
+        + _PICKLE_CAVEAT.format(call="mlflow.sklearn.log_model")
+    ),
+    "pytorch": (
+        "prefer a format that runs no code on load: export it to ONNX (torch.onnx.export, then "
+        "mlflow.onnx.log_model) and serve it with an ONNX runtime (model_format onnx), or keep "
+        "'pt2' and serve it with a runtime image on MLflow 3.14+ and torch 2.10+ that sets "
+        "MLFLOW_ALLOW_PICKLE_DESERIALIZATION=false (MLflow then refuses an archive that holds "
+        "pickled records); " + _PICKLE_CAVEAT.format(call="mlflow.pytorch.log_model")
+    ),
 }
+"""What to do about a flavor's format the runtime cannot load: safe formats first."""
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:
@@ -236,8 +259,11 @@ def check(facts: ModelFacts, runtime: RuntimeProfile) -> list[CompatibilityIssue
                     Severity.ERROR,
                     f"the {name} flavor was serialised as {flavor.serialization_format!r}, which "
                     f"{where} cannot load",
-                    f"{_FORMAT_FIXES.get(name, 'pin a format the runtime knows')}, or use a "
-                    "runtime image built on the MLflow that logged it",
+                    _FORMAT_FIXES.get(
+                        name,
+                        "pin a format the runtime knows, or use a runtime image built on the "
+                        "MLflow that logged it",
+                    ),
                 )
             )
         elif flavor.serialization_format == "cloudpickle" and _minor(facts.python_version) != (
@@ -250,7 +276,8 @@ def check(facts: ModelFacts, runtime: RuntimeProfile) -> list[CompatibilityIssue
                     f"and {runtime.name} runs Python {runtime.python_version}: cloudpickle is "
                     "only guaranteed to load under the Python version that wrote it",
                     f"train with Python {runtime.python_version}, or log with "
-                    "serialization_format='pickle'",
+                    "serialization_format='pickle' (which, like cloudpickle, runs code when the "
+                    "server loads it)",
                 )
             )
         image_version = runtime.libraries.get(name)

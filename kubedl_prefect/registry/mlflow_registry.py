@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from mlflow.artifacts import download_artifacts, list_artifacts
 from mlflow.entities import LoggedModelStatus
@@ -43,7 +42,7 @@ from mlflow.entities.model_registry import ModelVersion
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from kubedl_prefect.errors import ModelVersionNotReadyError, RegistryError
+from kubedl_prefect.errors import ModelVersionNotReadyError, RegistryError, redact_url
 from kubedl_prefect.lifecycle.backend import JobOutcome
 from kubedl_prefect.lifecycle.records import record_name
 from kubedl_prefect.registry import events
@@ -70,7 +69,12 @@ from kubedl_prefect.registry.lineage import (
     lineage_tags,
     recorded_metrics,
 )
-from kubedl_prefect.registry.uris import parse_model_uri, runs_uri_refused, storage_uri
+from kubedl_prefect.registry.uris import (
+    parse_model_uri,
+    refuse_user_info,
+    runs_uri_refused,
+    storage_uri,
+)
 from kubedl_prefect.spec import TrainingJobSpec, key_hash
 from kubedl_prefect.spec.handoff import (
     DEFAULT_MODEL_ARTIFACT,
@@ -91,14 +95,6 @@ _RETRYABLE_CODES = frozenset(
     {"INTERNAL_ERROR", "TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED", "ABORTED"}
 )
 _NOT_FOUND_CODES = frozenset({"RESOURCE_DOES_NOT_EXIST", "NOT_FOUND"})
-
-
-def _public(uri: str) -> str:
-    """``uri`` without user info, for messages."""
-    parts = urlsplit(uri)
-    if parts.password is None and parts.username is None:
-        return uri
-    return urlunsplit(parts._replace(netloc=parts.hostname or ""))
 
 
 def registry_error(exc: MlflowException, action: str) -> RegistryError:
@@ -195,6 +191,9 @@ class ModelRegistry:
         on_event: Called with each :class:`~kubedl_prefect.registry.events.ModelVersionEvent`.
         ready_timeout_s: How long :meth:`register` waits for a version to be ``READY``.
 
+    Raises:
+        RegistryError: A tracking or registry URI carries user info (``user:password@``).
+
     Example:
         >>> registry = ModelRegistry("http://mlflow.ml:5000",
         ...                          artifact_destination="s3://ml-artifacts")
@@ -214,6 +213,11 @@ class ModelRegistry:
         on_event: ModelVersionCallback | None = None,
         ready_timeout_s: float = 300.0,
     ):
+        refuse_user_info(tracking_uri, "tracking URI")
+        if registry_uri is not None:
+            refuse_user_info(registry_uri, "registry URI")
+        if pod_tracking_uri is not None:
+            refuse_user_info(pod_tracking_uri, "tracking URI of the pods")
         self.tracking_uri = tracking_uri
         self.registry_uri = registry_uri
         self.pod_tracking_uri = pod_tracking_uri or tracking_uri
@@ -225,7 +229,7 @@ class ModelRegistry:
         self._client = MlflowClient(tracking_uri=tracking_uri, registry_uri=registry_uri)
 
     def __repr__(self) -> str:
-        return f"ModelRegistry({_public(self.tracking_uri)!r})"
+        return f"ModelRegistry({redact_url(self.tracking_uri)!r})"
 
     # -- plumbing ----------------------------------------------------------------------------
 
@@ -490,7 +494,7 @@ class ModelRegistry:
         created = existing is None
         if existing is None:
             self._ensure_registered_model(model_name)
-            existing = self._call(
+            made = self._call(
                 f"create a version of {model_name}",
                 self._client.create_model_version,
                 model_name,
@@ -500,6 +504,7 @@ class ModelRegistry:
                 await_creation_for=0,
                 model_id=model_id,
             )
+            existing = self._keep_first(model_name, run_id, source) or made
         else:
             for name, value in tags.items():
                 if existing.tags.get(name) != value:
@@ -537,12 +542,47 @@ class ModelRegistry:
     ) -> ModelVersion | None:
         if self._maybe("get model", self._client.get_registered_model, model_name) is None:
             return None
+        matching = self._versions_of(model_name, run_id, source)
+        return min(matching, key=lambda v: int(v.version)) if matching else None
+
+    def _versions_of(self, model_name: str, run_id: str | None, source: str) -> list[ModelVersion]:
         query = f"name = '{_quoted(model_name)}'"
         if run_id:
             query += f" and run_id = '{run_id}'"
         versions = self._call("search versions", self._client.search_model_versions, query)
-        matching = [v for v in versions if v.source == source]
-        return min(matching, key=lambda v: int(v.version)) if matching else None
+        return [v for v in versions if v.source == source]
+
+    def _keep_first(self, model_name: str, run_id: str | None, source: str) -> ModelVersion | None:
+        """The first version of ``source``, after deleting any later one of the same source.
+
+        MLflow's client sends a request again when its answer was lost, POSTs included: a
+        tracking server that died after committing a ``create_model_version`` and before
+        answering gets the create twice, and makes two versions of one model. The later ones
+        are such copies (or a concurrent registration of the same logical job): they go.
+        """
+        matching = sorted(
+            self._versions_of(model_name, run_id, source), key=lambda v: int(v.version)
+        )
+        if not matching:
+            return None
+        first, extra = matching[0], matching[1:]
+        for copy in extra:
+            try:
+                self._client.delete_model_version(model_name, str(copy.version))
+            except MlflowException as exc:
+                if not _is_missing(exc):
+                    raise registry_error(
+                        exc, f"delete version {copy.version} of {model_name}, a copy"
+                    ) from exc
+            logger.warning(
+                "deleted version %s of %s: a second copy of version %s (%s), made when the "
+                "tracking server got the create again after its answer was lost",
+                copy.version,
+                model_name,
+                first.version,
+                source,
+            )
+        return first
 
     def _ensure_registered_model(self, name: str) -> None:
         try:

@@ -15,6 +15,10 @@ resolved, in two steps:
 A version registered from ``runs:/<run>/<path>`` is refused: that URI names a run's artifacts,
 which MLflow 3 no longer resolves to the logged model, and registering the logged model
 (``models:/m-<id>``) is the fix.
+
+No URI here may carry credentials (``https://user:password@host``): a tracking or registry URI
+is refused by :func:`refuse_user_info` (its password would show wherever the URI does), and so
+is a ``storageUri``, which would be written into the InferenceService.
 """
 
 from __future__ import annotations
@@ -25,18 +29,31 @@ from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
 
-from kubedl_prefect.errors import ModelSourceRefusedError, RegistryError
+from kubedl_prefect.errors import (
+    ModelSourceRefusedError,
+    RegistryError,
+    has_user_info,
+    redact_url,
+)
 
 PASSED_SCHEMES: Final = frozenset(
     {"s3", "gs", "pvc", "file", "http", "https", "hdfs", "webhdfs", "oci", "hf"}
 )
 """Schemes KServe's storage initializer reads, passed through as they are."""
 
+CREDENTIALS_HINT: Final = (
+    "remove user:password@ from the URI: this process authenticates with MLFLOW_TRACKING_USERNAME "
+    "and MLFLOW_TRACKING_PASSWORD, or MLFLOW_TRACKING_TOKEN (the MlflowRegistry block sets them "
+    "from its username and password (kept secret) or token), and the pods with "
+    "TrackingCredentials (a Kubernetes Secret)"
+)
+"""What to do instead of putting credentials into a tracking or registry URI."""
+
 _AZURE_BLOB: Final = re.compile(r"^https://[^/]+\.blob\.core\.windows\.net/")
 _NAME: Final = r"(?P<name>[^/@]+)"
-_VERSION_URI: Final = re.compile(rf"^models:/{_NAME}/(?P<version>\d+)/?$")
-_ALIAS_URI: Final = re.compile(rf"^models:/{_NAME}@(?P<alias>[^/]+)/?$")
-_LOGGED_MODEL_URI: Final = re.compile(r"^models:/(?P<model_id>m-[0-9a-f]+)/?$")
+_VERSION_URI: Final = re.compile(rf"^models:/{_NAME}/(?P<version>\d+)/?\Z")
+_ALIAS_URI: Final = re.compile(rf"^models:/{_NAME}@(?P<alias>[^/\r\n]+)/?\Z")
+_LOGGED_MODEL_URI: Final = re.compile(r"^models:/(?P<model_id>m-[0-9a-f]+)/?\Z")
 
 
 @dataclass(frozen=True)
@@ -61,6 +78,30 @@ class ModelUri:
         if self.alias is not None:
             return f"models:/{self.name}@{self.alias}"
         return f"models:/{self.name}/{self.version}"
+
+
+def refuse_user_info(uri: str, what: str) -> None:
+    """Refuse a tracking or registry URI that carries credentials.
+
+    Args:
+        uri: The URI.
+        what: What it is, for the message (``tracking URI``).
+
+    Raises:
+        RegistryError: ``uri`` has user info; the message shows it without.
+
+    Example:
+        >>> try:
+        ...     refuse_user_info("https://ci:pw@mlflow", "tracking URI")
+        ... except RegistryError as error:
+        ...     print(error.message)
+        the tracking URI 'https://***@mlflow' holds user info (user:password@ before the host)
+    """
+    if has_user_info(uri):
+        raise RegistryError(
+            f"the {what} {redact_url(uri)!r} holds user info (user:password@ before the host)",
+            hint=CREDENTIALS_HINT,
+        )
 
 
 def parse_model_uri(uri: str) -> ModelUri:
@@ -118,7 +159,8 @@ def storage_uri(
 
     Raises:
         ModelSourceRefusedError: A ``runs:/`` or unresolved ``models:/`` location, an
-            ``mlflow-artifacts:/`` one without ``artifact_destination``, or an unknown scheme.
+            ``mlflow-artifacts:/`` one without ``artifact_destination``, an unknown scheme, or
+            a result with user info.
 
     Example:
         >>> storage_uri("mlflow-artifacts:/3/models/m-ab/artifacts",
@@ -134,7 +176,17 @@ def storage_uri(
     for prefix in sorted(rewrites or {}, key=len, reverse=True):
         stem = prefix.rstrip("/")
         if resolved == stem or resolved.startswith(f"{stem}/"):
-            return (rewrites or {})[prefix].rstrip("/") + resolved[len(stem) :]
+            resolved = (rewrites or {})[prefix].rstrip("/") + resolved[len(stem) :]
+            break
+    if has_user_info(resolved):
+        public = redact_url(resolved)
+        raise ModelSourceRefusedError(
+            f"the storage location {public!r} holds user info (user:password@ before the host), "
+            "which would be written into the InferenceService for anyone who reads it",
+            uri=public,
+            hint="give KServe the storage credentials through the Secrets of the service's "
+            "ServiceAccount (KServeServing.service_account), not in the URI",
+        )
     return resolved
 
 

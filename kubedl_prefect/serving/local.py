@@ -49,12 +49,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psutil
 
-from kubedl_prefect.errors import LocalServerError
+from kubedl_prefect.errors import LocalServerError, redact_url
 
 __all__ = [
     "MLSERVER_REQUIREMENTS",
@@ -77,7 +76,7 @@ model's download from the tracking server); generous, as a cold disk cache doubl
 
 _INSTALLED_MARKER: Final = ".kubedl-prefect-installed"
 _CALLER_ENVIRONMENT: Final = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "CONDA_PREFIX")
-_MODEL_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_MODEL_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _requirements_digest(requirements: Path) -> str:
@@ -234,17 +233,6 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
-
-
-def _redacted(uri: str) -> str:
-    """A URI without its password, for messages."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def _tail(path: Path, lines: int = 30) -> str:
@@ -509,7 +497,7 @@ def serve_locally(
             server._owns_workdir = False  # keep the log for the message's reader
             server.stop()
             raise LocalServerError(
-                f"the local model server of {model_uri} (tracking {_redacted(tracking_uri)}) "
+                f"the local model server of {model_uri} (tracking {redact_url(tracking_uri)}) "
                 f"{problem}; its log ({log_path}) ends with:\n{tail}",
                 log_tail=tail,
                 hint="a model the server cannot load (format, missing package) or a registry "

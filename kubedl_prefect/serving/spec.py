@@ -35,11 +35,11 @@ MAX_NAME_LENGTH: Final = 63 - len(PREDICTOR_SUFFIX)
 MAX_HOST_LABEL: Final = 63
 """The longest DNS label: KServe's predictor host ``<name>-predictor-<namespace>`` is one."""
 
-_DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 _DNS1123_SUBDOMAIN: Final = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z"
 )
-_ENV_NAME: Final = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_ENV_NAME: Final = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 _REGISTRY_SCHEMES: Final = ("models:/", "runs:/", "mlflow-artifacts:")
 
 _IssueSink = Callable[[str, str, str], None]

@@ -3,6 +3,8 @@
 Field-level rules (types, formats, ranges) live on the models; the rules here look at several
 fields at once (name length against the roles' suffixes, GPUs in requests against ``gpus``,
 checkpoint path against the mounts) or depend on the operator (a PyTorch ``Master`` for KubeDL).
+Pod settings that break the Baseline Pod Security level are refused here too, unless the spec
+says ``podSecurity: privileged`` (:mod:`kubedl_prefect.spec.pod_security`).
 Each returns :class:`~kubedl_prefect.errors.SpecIssue` objects naming the field and the fix.
 """
 
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Final
 
 from kubedl_prefect.errors import SpecIssue
 from kubedl_prefect.spec.naming import LONGEST_ATTEMPT_SUFFIX, max_spec_name_length
+from kubedl_prefect.spec.pod_security import baseline_issues
 from kubedl_prefect.spec.quantity import parse_quantity
 from kubedl_prefect.spec.types import (
     CHECKPOINT_ENV,
@@ -41,7 +44,7 @@ def spec_issues(spec: TrainingJobSpec) -> list[SpecIssue]:
         issues += _container_issues(spec, resolved)
         issues += _pod_template_issues(spec, resolved)
     issues += [*_elastic_issues(spec), *_gang_issues(spec), *_framework_field_issues(spec)]
-    issues += [*_env_issues(spec), *_volume_issues(spec)]
+    issues += [*_env_issues(spec), *_volume_issues(spec), *baseline_issues(spec)]
     return list(dict.fromkeys(issues))  # top-level settings shared by roles report once
 
 

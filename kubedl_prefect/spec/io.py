@@ -11,6 +11,7 @@ Dumping quotes every string that some YAML reader could take for something else 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -18,7 +19,9 @@ from typing import Any, Final
 import yaml
 from pydantic.alias_generators import to_camel
 
+from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.model import SPEC_API_VERSION, SPEC_KIND, TrainingJobSpec
+from kubedl_prefect.spec.pod_security import PodSecurityFinding, pod_security_warnings
 from kubedl_prefect.spec.reader import (
     SPEC_LIMITS,
     SourceFloat,
@@ -29,7 +32,7 @@ from kubedl_prefect.spec.reader import (
 )
 from kubedl_prefect.spec.validation import parse_spec
 
-_LEADING_FIELDS: Final = ("apiVersion", "kind", "name", "framework")
+_LEADING_FIELDS: Final = ("apiVersion", "kind", "name", "framework", "podSecurity")
 
 
 def loads_spec(text: str, *, source: str | None = None) -> TrainingJobSpec:
@@ -61,6 +64,128 @@ def load_spec(path: str | Path) -> TrainingJobSpec:
     return loads_spec(read_text_file(file, SPEC_LIMITS), source=str(file))
 
 
+def loads_spec_with_warnings(
+    text: str, *, source: str | None = None
+) -> tuple[TrainingJobSpec, list[PodSecurityFinding]]:
+    """:func:`loads_spec`, and the spec's Pod Security warnings with their lines.
+
+    The warnings are the settings that break the Restricted level, and the Baseline ones the
+    spec allows with ``podSecurity: privileged``
+    (:func:`~kubedl_prefect.spec.pod_security.pod_security_warnings`).
+
+    Raises:
+        SpecError: As :func:`loads_spec`.
+
+    Example:
+        >>> spec, warnings = loads_spec_with_warnings(
+        ...     "{name: m, image: i, replicas: {master: 1},"
+        ...     " podTemplate: {spec: {securityContext: {runAsNonRoot: false}}}}"
+        ... )
+        >>> [(w.path, w.level.value, w.line) for w in warnings]
+        [('podTemplate.spec.securityContext.runAsNonRoot', 'Restricted', 1)]
+    """
+    node, data = parse_document(text, source=source, limits=SPEC_LIMITS)
+    spec = parse_spec(data, source=source, line_of=lambda loc: _line_of(node, loc))
+    return spec, pod_security_warnings(spec, line_of=lambda loc: _line_of(node, loc))
+
+
+SPEC_FILE_SUFFIXES: Final = (".yaml", ".yml", ".json")
+"""The file names :func:`load_untrusted_spec` reads."""
+
+SPEC_ROOT_ENV: Final = "KUBEDL_PREFECT_SPEC_ROOT"
+"""The environment variable naming the folder spec files named by blocks must be in."""
+
+
+def spec_root() -> Path:
+    """Where spec files named by a block may be: ``$KUBEDL_PREFECT_SPEC_ROOT``, else the cwd.
+
+    The flow's working directory is the project a deployment pulled (``flows/prefect.yaml``
+    sets it), so its spec files are there; the variable is set by whoever runs the worker, not
+    by whoever edits a block.
+    """
+    configured = os.environ.get(SPEC_ROOT_ENV)
+    return Path(configured).expanduser() if configured else Path.cwd()
+
+
+def load_untrusted_spec(path: str | Path, *, root: str | Path | None = None) -> TrainingJobSpec:
+    """Read a spec file whose path comes from untrusted input (a block's ``spec_file``).
+
+    Whoever can edit a block must not be able to read the worker's files through it, or have
+    their lines quoted into task states and logs. So the file must
+
+    - be named ``*.yaml``, ``*.yml`` or ``*.json`` (and resolve to such a name);
+    - resolve, symlinks followed, inside ``root`` (default :func:`spec_root`); a relative path
+      is taken relative to ``root``;
+    - be a regular file of at most :data:`~kubedl_prefect.spec.reader.MAX_SPEC_BYTES`;
+
+    and its content is quoted in messages only once it has parsed as a spec document: a YAML
+    mapping with ``name`` and ``replicas`` (or ``kind: TrainingJob``). A file that is not valid
+    YAML, or not such a mapping, is refused with its path and nothing of its content.
+
+    Raises:
+        SpecError: With path ``(file)`` for the refusals above; else as :func:`loads_spec`.
+    """
+    shown = str(path) if str(path).isprintable() else repr(str(path))  # no forged log lines
+    base = Path(root) if root is not None else spec_root()
+    name = Path(path)
+    if name.suffix.lower() not in SPEC_FILE_SUFFIXES:
+        raise _not_read(shown, "is not a spec file: only .yaml, .yml and .json files are read")
+    try:
+        base = base.resolve()
+        file = (base / name.expanduser()).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise _not_read(shown, "cannot be resolved") from exc
+    if not file.is_relative_to(base):
+        raise _not_read(
+            shown,
+            f"is outside the folder spec files are read from ({base}; set {SPEC_ROOT_ENV} on the "
+            "worker to change it)",
+        )
+    if file.suffix.lower() not in SPEC_FILE_SUFFIXES:
+        raise _not_read(shown, "is a link to a file that is not a spec file")
+    if not file.is_file():
+        raise _not_read(shown, "is not a file")
+    text = read_text_file(file, SPEC_LIMITS)
+    try:
+        node, data = parse_document(text, source=shown, limits=SPEC_LIMITS)
+    except SpecError as exc:
+        if all(issue.path == "(yaml)" for issue in exc.issues):
+            raise _not_read(shown, "is not a spec document: it is not valid YAML") from None
+        raise
+    if not _looks_like_a_spec(data):
+        raise _not_read(
+            shown,
+            "is not a spec document: a spec is a mapping with name and replicas (or kind: "
+            "TrainingJob)",
+        )
+    return parse_spec(data, source=shown, line_of=lambda loc: _line_of(node, loc))
+
+
+def _looks_like_a_spec(data: Any) -> bool:
+    """A mapping of our kind (or of no kind) that names a job and its replicas."""
+    if not isinstance(data, dict):
+        return False
+    if data.get("kind", SPEC_KIND) != SPEC_KIND:
+        return False
+    if data.get("apiVersion", SPEC_API_VERSION) != SPEC_API_VERSION:
+        return False
+    return "kind" in data or ("name" in data and "replicas" in data)
+
+
+def _not_read(path: str, problem: str) -> SpecError:
+    return SpecError(
+        [
+            SpecIssue(
+                "(file)",
+                f"{path} {problem}",
+                "name a spec file (YAML) inside the project the flow runs in; check it with "
+                "`kubedl-prefect validate FILE` on that machine",
+            )
+        ],
+        source=path,
+    )
+
+
 def spec_to_data(spec: TrainingJobSpec) -> dict[str, Any]:
     """The spec as plain data in its YAML spelling, without fields left at their defaults.
 
@@ -70,6 +195,8 @@ def spec_to_data(spec: TrainingJobSpec) -> dict[str, Any]:
     data = spec.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     head = {"apiVersion": SPEC_API_VERSION, "kind": SPEC_KIND, "name": spec.name}
     head["framework"] = spec.framework.value
+    if spec.pod_security is not None:  # in sight, where the spec starts
+        head["podSecurity"] = spec.pod_security
     _literal_env(data)
     data["replicas"] = {role: _role_data(fields) for role, fields in data["replicas"].items()}
     return head | {k: v for k, v in data.items() if k not in _LEADING_FIELDS}

@@ -33,7 +33,7 @@ from kubedl_prefect.spec.fields import (
     SubPath,
     spec_error,
 )
-from kubedl_prefect.spec.reader import plain_numbers, source_text
+from kubedl_prefect.spec.reader import data_issue, plain_numbers, source_text
 
 # --- environment ---------------------------------------------------------------------------
 
@@ -360,7 +360,7 @@ class Volume(SpecModel):
 
 # --- ports ----------------------------------------------------------------------------------
 
-_PORT_NAME: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+_PORT_NAME: Final = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
 
 def _check_port_name(value: str) -> str:
@@ -588,6 +588,10 @@ POD_TEMPLATE_METADATA: Final = frozenset({"labels", "annotations"})
 def _check_pod_template(value: dict[str, Any] | None) -> dict[str, Any] | None:
     if value is None:
         return None
+    bounded = data_issue(value)  # before anything walks it (a model built directly, not parsed)
+    if bounded is not None:
+        where = "" if bounded.path == "(document)" else f"at {bounded.path}: "
+        raise spec_error(f"{where}{bounded.problem}", bounded.fix)
     unknown = sorted(set(value) - {"metadata", "spec"})
     if unknown:
         raise spec_error(

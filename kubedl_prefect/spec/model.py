@@ -83,6 +83,7 @@ from kubedl_prefect.spec.kube_types import (
     Volume,
     WeightedPodAffinityTerm,
 )
+from kubedl_prefect.spec.reader import data_issue
 from kubedl_prefect.spec.types import (
     FRAMEWORKS,
     CleanPodPolicy,
@@ -438,6 +439,30 @@ class TrainingJobSpec(ContainerSettings):
         default=None,
         description="PyTorch, Kubeflow only: processes per pod (auto, cpu, gpu or a number).",
     )
+    pod_security: Literal["baseline", "privileged"] | None = Field(
+        default=None,
+        description="The Pod Security level the pods need: baseline (the default) refuses "
+        "settings that break it (privileged, host namespaces, hostPath...); privileged allows "
+        "them (see docs/spec.md).",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded_input(cls, data: Any) -> Any:
+        # Before anything walks the input: a dict built in Python has no text to bound, and a
+        # few shared references make billions of nodes; the limits are the YAML reader's.
+        issue = data_issue(data)
+        if issue is not None:
+            raise PydanticCustomError(
+                "spec_issues", "{summary}", {"summary": str(issue), "issues": (issue,)}
+            )
+        return data
+
+    @field_validator("pod_security")
+    @classmethod
+    def _baseline_is_the_default(cls, value: str | None) -> str | None:
+        # `podSecurity: baseline` says what leaving it out says: the same spec, the same hash.
+        return None if value == "baseline" else value
 
     @field_validator("replicas")
     @classmethod

@@ -27,7 +27,7 @@ from kubedl_prefect.spec.types import Role
 DNS1035_MAX: Final = 63
 """Maximum length of a DNS-1035 label (pod, service and job names)."""
 
-DNS1035_PATTERN: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1035_PATTERN: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 """A DNS-1035 label: lower-case letters, digits and ``-``; starts with a letter."""
 
 KEY_HASH_ALPHABET: Final = "abcdefghijklmnopqrstuvwxyz234567"

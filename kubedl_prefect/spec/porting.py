@@ -10,7 +10,10 @@ document. The spec keeps the job's behaviour:
   one when every role has the same), and a comment says so;
 - where the operator's default differs from the spec's (restart policies, ``cleanPodPolicy``,
   KubeDL's XGBoost TTL...), the operator's value is written out, with a comment;
-- settings every role shares go to the top level, the others under their role.
+- settings every role shares go to the top level, the others under their role;
+- pods that break the Baseline Pod Security level (privileged, host namespaces, hostPath...)
+  keep their settings: the spec gets ``podSecurity: privileged`` and a comment saying so, and
+  :attr:`ImportedSpec.warnings` lists them with the Restricted ones.
 
 Job-level fields with no place in a spec (KubeDL's ``modelVersion``, ``cacheBackend``,
 ``cronPolicy``; Kubeflow's ``suspend: true``...) are refused with the field named, since there
@@ -38,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,8 +57,16 @@ from kubedl_prefect.spec.checks import CHECKPOINT_VOLUME
 from kubedl_prefect.spec.io import dump_spec
 from kubedl_prefect.spec.kube_types import EnvValue, Resources, Volume
 from kubedl_prefect.spec.model import ContainerSettings, TrainingJobSpec
+from kubedl_prefect.spec.pod_security import (
+    PRIVILEGED,
+    PodSecurityFinding,
+    PodSecurityLevel,
+    pod_security_findings,
+    pod_security_warnings,
+)
 from kubedl_prefect.spec.reader import (
     MANIFEST_LIMITS,
+    data_issue,
     parse_documents,
     read_text_file,
     source_text,
@@ -101,6 +113,7 @@ __all__ = [
     "import_file",
     "import_manifest",
     "import_manifests",
+    "import_path",
 ]
 
 
@@ -136,6 +149,9 @@ class ImportedSpec:
         name: The manifest's job name.
         namespace: The manifest's namespace (not part of a spec), if it had one.
         notes: What the importer changed, defaulted, or kept raw, per spec field.
+        warnings: The spec's settings that break a Pod Security Standards level (see
+            :func:`~kubedl_prefect.spec.pod_security.pod_security_warnings`): the Restricted
+            ones, and the Baseline ones the import allowed with ``podSecurity: privileged``.
     """
 
     spec: TrainingJobSpec
@@ -144,6 +160,7 @@ class ImportedSpec:
     name: str
     namespace: str | None
     notes: tuple[Note, ...] = ()
+    warnings: tuple[PodSecurityFinding, ...] = ()
 
     def to_yaml(self) -> str:
         """The spec as YAML, each note a comment above the field it is about."""
@@ -170,9 +187,20 @@ def import_file(path: str | Path, dialect: DialectChoice | Dialect | str = "auto
         SpecError: If the file cannot be read, holds no training job, or a job cannot be
             ported; each issue names the manifest field.
     """
+    return dump_imported(import_path(path, dialect))
+
+
+def import_path(
+    path: str | Path, dialect: DialectChoice | Dialect | str = "auto"
+) -> list[ImportedSpec]:
+    """The specs of the manifests in the file at ``path`` (:func:`import_file`, not dumped).
+
+    Raises:
+        SpecError: As :func:`import_file`.
+    """
     file = Path(path)
     text = read_text_file(file, MANIFEST_LIMITS)
-    return dump_imported(import_manifests(text, dialect=dialect, source=str(file)))
+    return import_manifests(text, dialect=dialect, source=str(file))
 
 
 def import_manifests(
@@ -231,6 +259,7 @@ def import_manifest(
 # --- the importer ------------------------------------------------------------------------------
 
 _MISSING: Final = object()
+_MANIFEST_DATA_LIMITS: Final = dataclasses.replace(MANIFEST_LIMITS, what="manifest")
 _SERVER_FIELDS: Final = (
     "uid",
     "resourceVersion",
@@ -335,6 +364,9 @@ class _Importer:
 
     def run(self) -> ImportedSpec:
         manifest = self.manifest
+        bounded = data_issue(manifest, _MANIFEST_DATA_LIMITS)  # Python data has no text bound
+        if bounded is not None:
+            raise SpecError([bounded], source=self.source)
         if not isinstance(manifest, dict):
             raise self.fatal(
                 "(document)",
@@ -370,6 +402,7 @@ class _Importer:
             name=name,
             namespace=namespace,
             notes=tuple(self.notes),
+            warnings=tuple(pod_security_warnings(spec)),
         )
 
     def _kind(self, manifest: dict[str, Any]) -> tuple[Dialect, Framework]:
@@ -1122,6 +1155,26 @@ class _Importer:
                     entry = {"count": entry}
                 entry.update(settings)
                 data["replicas"][role.value] = entry
+        # An import keeps the job as it is: pods that break the Baseline Pod Security level
+        # keep their settings, and the spec says so (podSecurity: privileged, and a note).
+        spec = self._validated({**data, "podSecurity": PRIVILEGED})
+        breakers = [
+            f.path for f in pod_security_findings(spec) if f.level is PodSecurityLevel.BASELINE
+        ]
+        if not breakers:
+            return self._validated(data)
+        shown = ", ".join(breakers[:5]) + (
+            f" and {len(breakers) - 5} more" if len(breakers) > 5 else ""
+        )
+        self.note(
+            "podSecurity",
+            f"The manifest's pods break the Baseline Pod Security level ({shown}): "
+            f"podSecurity: {PRIVILEGED} keeps them, so the job runs as before, in a namespace "
+            "that allows privileged pods. Remove them (and this line) to run under Baseline.",
+        )
+        return spec
+
+    def _validated(self, data: dict[str, Any]) -> TrainingJobSpec:
         try:
             return TrainingJobSpec.model_validate(data)
         except ValidationError as exc:

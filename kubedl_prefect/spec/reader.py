@@ -35,14 +35,16 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
+from pydantic import BaseModel
 
 from kubedl_prefect.errors import SpecError, SpecIssue
+from kubedl_prefect.spec.paths import format_path
 
 MAX_SPEC_BYTES: Final = 256 * 1024
 """The largest spec accepted, in bytes of UTF-8 (256 KiB).
@@ -250,20 +252,20 @@ def check_size(text: str, limits: Limits = SPEC_LIMITS, *, source: str | None = 
 
 # --- plain scalars -------------------------------------------------------------------------
 
-_NULL: Final = re.compile(r"^(?:~|null|Null|NULL|)$")
-_BOOL: Final = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
-_INT: Final = re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)$")
+_NULL: Final = re.compile(r"^(?:~|null|Null|NULL|)\Z")
+_BOOL: Final = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)\Z")
+_INT: Final = re.compile(r"^(?:[-+]?(?:0|[1-9][0-9]*)|0x[0-9a-fA-F]+)\Z")
 _FLOAT: Final = re.compile(
     r"^(?:[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?"
-    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"
 )
-_YAML11_BOOL: Final = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)$")
+_YAML11_BOOL: Final = re.compile(r"^(?:y|Y|yes|Yes|YES|n|N|no|No|NO|on|On|ON|off|Off|OFF)\Z")
 _YAML11_NUMBER: Final = re.compile(
     r"^(?:[-+]?0[0-9_]+(?:\.[0-9_]*)?"  # leading zero: octal in YAML 1.1
     r"|[-+]?0[bo][0-9_]+"  # binary (1.1), octal (1.2)
     r"|[-+]0x[0-9a-fA-F_]+|0x[0-9a-fA-F]*_[0-9a-fA-F_]*"  # signed hex, hex with '_'
     r"|[-+]?(?:[0-9][0-9_]*)?_[0-9_]*(?:\.[0-9_]*)?(?:[eE][-+]?[0-9]+)?"  # '_' in a number
-    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)$"  # base 60
+    r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?)\Z"  # base 60
 )
 _TAG_NULL: Final = "tag:yaml.org,2002:null"
 _TAG_BOOL: Final = "tag:yaml.org,2002:bool"
@@ -295,7 +297,7 @@ def is_ambiguous_text(text: str) -> bool:
         or _YAML11_BOOL.match(text)
         or _YAML11_NUMBER.match(text)
         or _PYYAML_TIMESTAMP.match(text)
-        or re.match(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$", text)
+        or re.match(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+\Z", text)
         or text == "<<"
     )
 
@@ -342,6 +344,104 @@ def _resolve_plain(value: str, mark: Any) -> str:
             f"('{value}') for text",
         )
     return _TAG_STR
+
+
+_JSON_SCALAR_TAGS: Final = {
+    _TAG_STR: "a string",
+    _TAG_INT: "an integer",
+    _TAG_FLOAT: "a number",
+    _TAG_BOOL: "true or false",
+    _TAG_NULL: "null",
+}
+"""The explicit scalar tags accepted (``!!str``, ``!!int``...): JSON's scalars, nothing else."""
+
+_TAG_FIXES: Final = {
+    "tag:yaml.org,2002:set": "write a list instead ([a, b]): a set has no order, so the spec "
+    "would not read (and hash) the same from one run to the next",
+    "tag:yaml.org,2002:binary": "write the text itself; for bytes, write base64 as a plain "
+    "string and decode it in the program",
+    "tag:yaml.org,2002:timestamp": "quote the date or time: it is text to the spec",
+    "tag:yaml.org,2002:omap": "write a plain mapping (key: value lines)",
+    "tag:yaml.org,2002:pairs": "write a plain mapping (key: value lines)",
+    "tag:yaml.org,2002:merge": "write the merge key `<<` without a tag",
+}
+
+
+def _short_tag(tag: str) -> str:
+    return "!!" + tag.removeprefix("tag:yaml.org,2002:") if tag.startswith("tag:yaml.org,") else tag
+
+
+def _refused_tag(tag: str, mark: Any) -> _ReadError:
+    return _ReadError(
+        f"the tag {_short_tag(tag)} is not allowed: a spec holds JSON data only (text, numbers, "
+        "true/false, null, mappings and lists)",
+        mark,
+        _TAG_FIXES.get(tag, "remove the tag (the `!...` before the value)"),
+    )
+
+
+def _explicit_scalar_tag(tag: str, value: str, mark: Any) -> str:
+    """``tag`` if it is one of JSON's scalars and ``value`` reads as one, else refused.
+
+    ``!!int 0755`` and ``!!bool yes`` are refused like their untagged forms: PyYAML would read
+    them the YAML 1.1 way.
+    """
+    if tag not in _JSON_SCALAR_TAGS:
+        raise _refused_tag(tag, mark)
+    if tag == _TAG_STR:
+        return tag
+    implied = _resolve_plain(value, mark)
+    if implied == tag or (tag == _TAG_FLOAT and implied == _TAG_INT):
+        return tag
+    raise _ReadError(
+        f"{value!r} is not {_JSON_SCALAR_TAGS[tag]}, as its tag {_short_tag(tag)} says",
+        mark,
+        "remove the tag, or write a value of that type",
+    )
+
+
+def _collection_tag(tag: str | None, default: str, mark: Any) -> str:
+    """The tag of a sequence or mapping: only ``!!seq`` and ``!!map`` (or none) are accepted."""
+    if tag in (None, "!", default):
+        return default
+    raise _refused_tag(tag, mark)
+
+
+_UNSAFE_CHARACTER: Final = re.compile("[\x00\ud800-\udfff]")
+"""NUL, and lone surrogates: what no argument, environment variable or encoder takes."""
+
+
+def unsafe_character_problem(text: str) -> tuple[str, str] | None:
+    r"""Problem and fix for a NUL or lone surrogate in ``text``, if it holds one.
+
+    An operating system ends every argument and environment entry at a NUL (the local
+    supervisor fails on it, a container runtime refuses it), and a lone surrogate (from
+    ``"\ud800"``) cannot be encoded as UTF-8, so the spec could not even be hashed.
+
+    Example:
+        >>> unsafe_character_problem("a\x00b")[0]
+        'the text holds a NUL character (character 2)'
+    """
+    found = _UNSAFE_CHARACTER.search(text)
+    if found is None:
+        return None
+    char = found.group()
+    if char == "\x00":
+        return (
+            f"the text holds a NUL character (character {found.start() + 1})",
+            "remove it: no program argument, environment variable or Kubernetes field can hold it",
+        )
+    return (
+        f"the text holds a lone surrogate U+{ord(char):04X} (character {found.start() + 1})",
+        "remove it: it is not a character, and no text encoding can write it",
+    )
+
+
+def _check_scalar_text(value: str, mark: Any) -> None:
+    r"""Refuse a NUL (written as the escape ``"\0"``) or a lone surrogate in a scalar."""
+    problem = unsafe_character_problem(value)
+    if problem is not None:
+        raise _ReadError(problem[0], mark, problem[1])
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
@@ -435,6 +535,9 @@ class _Composer:
                     tag = _resolve_plain(event.value, event.start_mark) if plain else _TAG_STR
                     if tag == _TAG_MERGE and not self._at_key(stack):
                         tag = _TAG_STR
+                else:
+                    tag = _explicit_scalar_tag(tag, event.value, event.start_mark)
+                _check_scalar_text(event.value, event.start_mark)
                 node = yaml.ScalarNode(tag, event.value, start, end, style=event.style)
                 count += 1
                 if event.anchor is not None:
@@ -449,12 +552,12 @@ class _Composer:
                     )
                 collection: yaml.SequenceNode | yaml.MappingNode
                 if isinstance(event, yaml.SequenceStartEvent):
-                    tag = _TAG_SEQ if event.tag in (None, "!") else event.tag
+                    tag = _collection_tag(event.tag, _TAG_SEQ, event.start_mark)
                     collection = yaml.SequenceNode(
                         tag, [], start, None, flow_style=event.flow_style
                     )
                 else:
-                    tag = _TAG_MAP if event.tag in (None, "!") else event.tag
+                    tag = _collection_tag(event.tag, _TAG_MAP, event.start_mark)
                     collection = yaml.MappingNode(tag, [], start, None, flow_style=event.flow_style)
                 if event.anchor is not None:
                     open_anchors.add(event.anchor)
@@ -609,3 +712,85 @@ def parse_document(
             source,
         )
     return documents[0] if documents else (None, None)
+
+
+# --- Python data -----------------------------------------------------------------------------
+
+
+def data_issue(data: Any, limits: Limits = SPEC_LIMITS) -> SpecIssue | None:
+    """The first reason to refuse ``data`` (a spec given as Python data), before validating it.
+
+    A dict given to the Python API has no text to bound, but the same numbers as YAML apply:
+    at most ``limits.max_nodes`` nodes (each mapping, list, key and value is one), counted each
+    time they are reached, so a dict or list referenced many times counts as many times, as an
+    expanded alias does (a few shared references make billions of nodes); and at most
+    ``limits.max_depth`` nested mappings and lists (which also stops a dict that contains
+    itself). The walk stops at the limit: it takes time in the limit, never in the expanded
+    size. Text holding a NUL or a lone surrogate, and data that is not JSON-like (a set, whose
+    order changes between runs; bytes), are refused as well. Validated models met on the way
+    are walked as their data.
+
+    Returns:
+        The issue, with the path where the walk stopped; ``None`` when ``data`` is fine.
+
+    Example:
+        >>> shared = {"a": [1, 2, 3]}
+        >>> for _ in range(40):
+        ...     shared = {"a": shared, "b": shared}
+        >>> print(data_issue(shared).problem)  # doctest: +ELLIPSIS
+        the spec has more than 100,000 nodes (mappings, lists, keys and values, a shared one ...
+    """
+    count = 0
+    stack: list[tuple[Any, tuple[str | int, ...]]] = [(data, ())]
+    while stack:
+        value, loc = stack.pop()
+        count += 1
+        if count > limits.max_nodes:
+            return _too_many(loc, limits)
+        if isinstance(value, BaseModel):
+            value = value.model_dump(by_alias=True, exclude_none=True)
+        if isinstance(value, str):
+            problem = unsafe_character_problem(value)
+            if problem is not None:
+                return SpecIssue(format_path(loc), *problem)
+        elif isinstance(value, Mapping | list | tuple):
+            if len(loc) + 1 > limits.max_depth:
+                return SpecIssue(
+                    format_path(loc),
+                    f"the {limits.what} nests deeper than {limits.max_depth} levels here",
+                    "flatten the structure; a spec nests about 15 levels at most (a mapping "
+                    "that contains itself nests without end)",
+                )
+            if isinstance(value, Mapping):
+                count += len(value)  # the keys
+                if count > limits.max_nodes:
+                    return _too_many(loc, limits)
+                for key, item in value.items():
+                    here = (*loc, key if isinstance(key, str) else str(key))
+                    if isinstance(key, str) and (problem := unsafe_character_problem(key)):
+                        return SpecIssue(format_path(here), f"the key: {problem[0]}", problem[1])
+                    stack.append((item, here))
+            else:
+                stack.extend((item, (*loc, index)) for index, item in enumerate(value))
+        elif isinstance(value, set | frozenset | bytes | bytearray):
+            kind = "a set" if isinstance(value, set | frozenset) else "bytes"
+            return SpecIssue(
+                format_path(loc),
+                f"{kind} is not spec data (JSON-like data only: text, numbers, true/false, "
+                "None, mappings and lists)",
+                "give a list (a set has no order, so the spec would hash differently from one "
+                "run to the next)"
+                if kind == "a set"
+                else "give text (a str)",
+            )
+    return None
+
+
+def _too_many(loc: tuple[str | int, ...], limits: Limits) -> SpecIssue:
+    return SpecIssue(
+        format_path(loc),
+        f"the {limits.what} has more than {limits.max_nodes:,} nodes (mappings, lists, keys and "
+        "values, a shared one counted each time it is reached); the count passed the limit here",
+        "give each part once: a dict or list referenced from many places is copied into every "
+        "one of them",
+    )

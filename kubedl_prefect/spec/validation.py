@@ -13,8 +13,8 @@ import difflib
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
@@ -22,14 +22,22 @@ from pydantic_core import ErrorDetails
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import dialect_issues
 from kubedl_prefect.spec.model import TrainingJobSpec
+from kubedl_prefect.spec.paths import format_path, parse_path
 from kubedl_prefect.spec.reader import source_text
 from kubedl_prefect.spec.types import Dialect
 
+__all__ = [
+    "LineOf",
+    "as_dialect",
+    "format_path",
+    "issues_from_validation_error",
+    "parse_path",
+    "parse_spec",
+    "validate",
+]
+
 LineOf = Callable[[Sequence[str | int]], int | None]
 """Maps a location in the input document to its 1-based line number, when known."""
-
-_PLAIN_KEY: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
-_PATH_PART: Final = re.compile(r"([A-Za-z_][A-Za-z0-9_-]*)|\[(\d+)\]|\['((?:[^'\\]|\\.)*)'\]")
 
 
 def parse_spec(
@@ -135,29 +143,6 @@ def issues_from_validation_error(
             problem = f"{problem} (line {line})"
         issues.append(SpecIssue(path, problem, fix))
     return issues
-
-
-def format_path(loc: Iterable[str | int]) -> str:
-    """A dotted field path: ``replicas.worker.resources.requests["nvidia.com/gpu"]``."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        elif part == "[key]":
-            continue
-        elif _PLAIN_KEY.match(part):
-            text += f".{part}" if text else part
-        else:
-            text += f"[{part!r}]"
-    return text or "(document)"
-
-
-def parse_path(path: str) -> tuple[str | int, ...]:
-    """The inverse of :func:`format_path`: ``volumes[0].name`` to ``("volumes", 0, "name")``."""
-    return tuple(
-        int(index) if index else (quoted if quoted else plain)
-        for plain, index, quoted in _PATH_PART.findall(path)
-    )
 
 
 def _describe(error: ErrorDetails, loc: tuple[str | int, ...]) -> tuple[str, str]:

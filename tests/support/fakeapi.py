@@ -40,7 +40,9 @@ request                behaviour
                        ``foregroundDeletion``), deletes the dependents, then it; ``Orphan``
                        removes the owner references. An object with finalizers is only marked
                        (202) until a patch removes them. Deleting a namespace deletes its objects.
-                       ``preconditions`` and ``dryRun`` are honoured. Answers with the object.
+                       ``preconditions`` (``uid``, ``resourceVersion``: 409 ``Conflict``, worded as
+                       the real server words it) and ``dryRun`` are honoured. Answers with the
+                       object.
 ``DELETE`` collection  delete every object the selectors match.
 ``GET .../pods/x/log`` the log buffer of a container (:meth:`FakeKubeAPI.append_log`):
                        ``container`` (optional for one-container pods), ``follow``,
@@ -856,15 +858,22 @@ class ObjectStore:
         """Delete; the object's last state and whether it is gone (not waiting on finalizers)."""
         with self._lock:
             old = self.find(resource, namespace, name)
-            for field_name, key in (("uid", "uid"), ("resourceVersion", "resourceVersion")):
+            for field_name, said, why in (
+                ("uid", "UID", "deleted and then recreated"),
+                ("resourceVersion", "ResourceVersion", "modified"),
+            ):
                 wanted = (preconditions or {}).get(field_name)
-                if wanted and wanted != old["metadata"].get(key):
+                if wanted and wanted != old["metadata"].get(field_name):
+                    # As the real server's early check words it (a group and *kind*, not plural).
+                    kind = self.kind_of(resource)
+                    qualified = f"{kind}.{resource.group}" if resource.group else kind
                     raise StatusError(
                         409,
                         "Conflict",
-                        f'Operation cannot be fulfilled on {resource.name} "{name}": '
-                        f"Precondition failed: {field_name}: {wanted}, "
-                        f"ObjectMeta.{field_name}: {old['metadata'].get(key)}",
+                        f'Operation cannot be fulfilled on {qualified} "{name}": the {said} in '
+                        f"the precondition ({wanted}) does not match the {said} in record "
+                        f"({old['metadata'].get(field_name)}). The object might have been {why}",
+                        {"name": name, "group": resource.group, "kind": kind},
                     )
             if dry_run:
                 return copy.deepcopy(old), True

@@ -7,12 +7,15 @@ Run it as every replica of a PyTorch job::
 
 It reads only what the operators (and kubedl-prefect's local backend) give a replica:
 
-- ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``: the rendezvous (``env://``, gloo);
+- ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``: the rendezvous (gloo), as
+  ``env://`` reads them, but with the store listening on ``MASTER_ADDR`` only when that is a
+  loopback address (:mod:`.rendezvous`: torch's own store would listen on every interface);
   without them it trains alone;
 - ``KUBEDL_PREFECT_CHECKPOINT_DIR``: where rank 0 writes ``checkpoint.pt`` after every epoch
   (model, optimizer, epoch, metrics; written aside and renamed, so a kill never leaves half a
   file) and where every rank resumes from at start-up: a retried attempt goes on at the next
-  epoch instead of starting over;
+  epoch instead of starting over. The checkpoint holds tensors and plain values only and is
+  loaded with ``weights_only=True``: a crafted file is refused, not run;
 - the model handoff (:mod:`kubedl_prefect.spec.handoff`): with ``MLFLOW_RUN_ID`` set, rank 0
   logs the parameters, one metric point per epoch and the model into that run
   (``run`` mode), or saves the MLflow model to ``KUBEDL_PREFECT_MODEL_DIR`` (``output`` mode).
@@ -20,7 +23,8 @@ It reads only what the operators (and kubedl-prefect's local backend) give a rep
 The model is an ``nn.Sequential`` of built-in layers, logged with the ``pickle`` serialization
 format pinned: loading it needs torch and nothing of this package, so a model server (MLServer's
 MLflow runtime, ``mlflow models serve``) loads it; MLflow 3.14+'s default, ``pt2``, is not
-readable by the MLflow 2.x inside KServe's stock runtime.
+readable by the MLflow 2.x inside KServe's stock runtime. A pickled model is code to whatever
+loads it: register only models whose origin you trust.
 
 The data need no download: a three-class spiral in two dimensions, generated from a fixed seed
 (the same on every rank and every attempt), split 80/20 into training and validation sets; each
@@ -37,6 +41,7 @@ import argparse
 import json
 import math
 import os
+import pickle
 import sys
 import time
 from collections.abc import Sequence
@@ -52,6 +57,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from kubedl_prefect.spec.handoff import HandoffMode, is_rank_zero, read_handoff
 from kubedl_prefect.spec.types import CHECKPOINT_ENV
+from kubedl_prefect_examples.rendezvous import init_process_group
 
 CHECKPOINT_FILE = "checkpoint.pt"
 FEATURES = 2
@@ -145,16 +151,30 @@ def checkpoint_dir() -> Path:
 
 
 def load_checkpoint(path: Path) -> dict[str, Any] | None:
-    """The latest checkpoint, if there is one."""
+    """The latest checkpoint, if there is one: tensors and plain values, never code.
+
+    Raises:
+        RuntimeError: The file holds anything else (an object whose loading could run code).
+    """
     target = path / CHECKPOINT_FILE
     if not target.exists():
         return None
-    data: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=False)
+    try:
+        data: dict[str, Any] = torch.load(target, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise RuntimeError(
+            f"refusing to load {target}: it holds more than tensors and plain values, and "
+            f"loading it could run code ({str(exc).splitlines()[0]}); delete it to start over"
+        ) from exc
     return data
 
 
 def save_checkpoint(path: Path, data: dict[str, Any]) -> None:
-    """Write the checkpoint aside, then rename it into place: never half a file."""
+    """Write the checkpoint aside, then rename it into place: never half a file.
+
+    ``data`` holds tensors and plain values only, so that :func:`load_checkpoint` reads it with
+    ``weights_only=True``.
+    """
     path.mkdir(parents=True, exist_ok=True)
     tmp = path / f".{CHECKPOINT_FILE}.{os.getpid()}"
     torch.save(data, tmp)
@@ -176,7 +196,7 @@ def train(settings: Settings) -> dict[str, float]:
     """Train (resuming from the checkpoint), hand the model over; the final metrics."""
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
     if distributed:
-        dist.init_process_group("gloo", init_method="env://")
+        init_process_group("gloo")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
     torch.manual_seed(settings.seed)

@@ -45,6 +45,7 @@ import psutil
 from kubedl_prefect.errors import (
     AdmissionRefusedError,
     AdoptionRefusedError,
+    ConflictError,
     JobCancelledError,
     JobFailedError,
     KubeDLPrefectError,
@@ -64,6 +65,7 @@ from kubedl_prefect.lifecycle.diagnosis import Diagnosis
 from kubedl_prefect.lifecycle.local.capacity import LocalCapacity, admit, gpu_ids, machine_capacity
 from kubedl_prefect.lifecycle.local.contract import (
     check_local,
+    inherited_env,
     local_checkpoint_dir,
     ports_needed,
     replica_plans,
@@ -71,18 +73,28 @@ from kubedl_prefect.lifecycle.local.contract import (
 )
 from kubedl_prefect.lifecycle.local.layout import (
     JOB_FILE,
+    JOB_MARKER_ENV,
     LOG_DIR,
     NEW_PREFIX,
     STATE_FILE,
     SUPERVISOR_LOG,
+    check_inside,
+    check_job_name,
+    check_no_link,
+    check_workspace,
+    checked_socket,
     job_dir,
+    job_process,
     jobs_dir,
     locked,
     log_path,
+    open_read,
     parse_log_line,
+    private_dir,
     process_of,
     read_json,
     record_path,
+    remove_socket,
     socket_path,
     write_json,
 )
@@ -248,11 +260,18 @@ class LocalBackend:
         dry_run: bool,
     ) -> JobRef:
         wanted = spec_hash(spec)
+        workspace = Path(self.workspace)
+        for folder in (workspace, jobs_dir(workspace), workspace / "records"):
+            if dry_run:
+                check_no_link(folder)
+            else:
+                private_dir(folder)
         record = _read_record(self.workspace, record_name(spec.name, key))
         if record is not None and record.spec_hash != wanted:
             raise _other_spec(self.workspace, record, wanted)
         directory = job_dir(self.workspace, name)
-        if directory.exists():
+        check_no_link(directory)
+        if os.path.lexists(directory):
             document = _adoptable(directory, key, wanted)
         elif dry_run:
             return self._ref_of(self._document(spec, key, attempt, name, wanted, uid=""))
@@ -305,7 +324,12 @@ class LocalBackend:
         uid = uuid.uuid4().hex
         checkpoint_dir = local_checkpoint_dir(spec, key, self.workspace)
         if checkpoint_dir is not None:
-            Path(checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            path = Path(checkpoint_dir)
+            if path.is_relative_to(self.workspace):
+                private_dir(check_inside(path, Path(self.workspace)))
+            else:  # a file:// location of the user's: used as it is, but never through a link
+                path.mkdir(mode=0o700, parents=True, exist_ok=True)
+                check_no_link(path)
         plans = replica_plans(
             spec,
             job_name=name,
@@ -317,6 +341,8 @@ class LocalBackend:
             extra_env=self.env,
             hostname=self.host,
             inherited=os.environ,
+            job_uid=uid,
+            loopback_interface=loopback_interface(),
         )
         document = self._document(
             spec,
@@ -328,10 +354,11 @@ class LocalBackend:
             replicas=tuple((p.name, p.role, p.index) for p in plans),
             checkpoint_dir=checkpoint_dir,
         )
-        jobs = Path(self.workspace) / "jobs"
-        jobs.mkdir(mode=0o700, parents=True, exist_ok=True)
+        jobs = private_dir(jobs_dir(self.workspace))
+        private_dir(Path(document.socket).parent)  # under TMPDIR: refused if planted
         new_dir = jobs / f"{NEW_PREFIX}{uid}"
-        (new_dir / LOG_DIR).mkdir(mode=0o700, parents=True)
+        new_dir.mkdir(mode=0o700)
+        (new_dir / LOG_DIR).mkdir(mode=0o700)
         write_json(new_dir / JOB_FILE, document.to_dict())
         write_json(new_dir / STATE_FILE, document.initial_state().to_dict())
         plan = {
@@ -353,6 +380,7 @@ class LocalBackend:
                 timeout=_SUPERVISOR_START_S,
                 check=False,
                 cwd=self.working_dir,
+                env={**inherited_env(os.environ), JOB_MARKER_ENV: uid},
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
             shutil.rmtree(new_dir, ignore_errors=True)
@@ -442,6 +470,7 @@ class LocalBackend:
     # -- attaching -------------------------------------------------------------------------
 
     def _check_reference(self, ref: JobRef) -> None:
+        """Refuse a reference of another backend or machine, or one that leaves its workspace."""
         if ref.backend != self.name:
             raise KubeDLPrefectError(
                 f"job reference {ref.name} is of the {ref.backend!r} backend, not {self.name!r}",
@@ -453,6 +482,8 @@ class LocalBackend:
                 f"on {self.cluster}",
                 hint="attach it on the machine it was submitted on",
             )
+        check_job_name(ref.name)
+        check_workspace(ref.namespace)
 
     async def attach(self, ref: JobRef) -> JobRef:
         """Find the job of ``ref`` again, from any process of this machine.
@@ -468,7 +499,7 @@ class LocalBackend:
 
         def find() -> JobRef:
             try:
-                document = _read_document(job_dir(ref.namespace, ref.name))
+                document = _read_document(_checked_job_dir(ref))
             except FileNotFoundError as exc:
                 if self._recorded_end(ref) is not None:
                     return ref
@@ -614,12 +645,18 @@ class LocalBackend:
         def find() -> list[JobRef]:
             found: list[JobRef] = []
             jobs = jobs_dir(self.workspace)
+            check_no_link(jobs)
             for directory in sorted(jobs.iterdir()) if jobs.is_dir() else []:
                 if directory.name.startswith(NEW_PREFIX):
                     continue  # a job being created: its supervisor renames it into place
                 try:
+                    check_job_name(directory.name)
+                    check_no_link(directory)
                     document = _read_document(directory)
-                except (FileNotFoundError, ValueError, KeyError):
+                except KubeDLPrefectError as exc:
+                    logger.warning("skipping %s of the local workspace: %s", directory, exc)
+                    continue
+                except (FileNotFoundError, NotADirectoryError, ValueError, KeyError):
                     continue
                 if all(document.labels.get(k) == v for k, v in labels.items()):
                     found.append(self._ref_of(document))
@@ -654,7 +691,7 @@ class _Watch:
 
     def __init__(self, ref: JobRef):
         self.ref = ref
-        self.dir = job_dir(ref.namespace, ref.name)
+        self.dir = job_dir(ref.namespace, ref.name)  # checked when it is read
         self.document: JobDocument | None = None
         self._changed = asyncio.Event()
         self._hung_up = False
@@ -664,7 +701,8 @@ class _Watch:
     async def __aenter__(self) -> _Watch:
         self.document = await asyncio.to_thread(self._read_document)
         try:
-            reader, self._writer = await asyncio.open_unix_connection(self.document.socket)
+            sock = checked_socket(self.dir, self.document.uid, self.document.socket)
+            reader, self._writer = await asyncio.open_unix_connection(sock)
         except OSError:  # the supervisor is gone: its state says how the job ended
             self._hung_up = True
         else:
@@ -698,7 +736,7 @@ class _Watch:
 
     def _read_document(self) -> JobDocument:
         try:
-            document = _read_document(self.dir)
+            document = _read_document(_checked_job_dir(self.ref))
         except FileNotFoundError:
             raise _gone(self.ref) from None
         if self.ref.uid and document.uid != self.ref.uid:
@@ -723,7 +761,8 @@ class _Watch:
             if state.terminal:
                 return state
             if process_of(state.supervisor) is None or time.monotonic() > until:
-                return await asyncio.to_thread(_mark_lost, self.dir, state)
+                uid = self.document.uid if self.document is not None else ""
+                return await asyncio.to_thread(_mark_lost, self.dir, state, uid)
             await asyncio.sleep(0.05)
 
     async def wait(self, deadline: float | None, error: Exception | None) -> None:
@@ -763,7 +802,7 @@ class _Watch:
         for name, _, _ in self.document.replicas:
             path = log_path(self.dir, name)
             try:
-                with open(path, "rb") as log:
+                with open_read(path) as log:
                     log.seek(offsets.get(name, 0))
                     data = log.read()
             except FileNotFoundError:
@@ -787,7 +826,28 @@ class _Watch:
 
 
 def _read_document(directory: Path) -> JobDocument:
-    return JobDocument.from_dict(read_json(directory / JOB_FILE))
+    document = JobDocument.from_dict(read_json(directory / JOB_FILE))
+    if document.name != directory.name:
+        raise KubeDLPrefectError(
+            f"{directory / JOB_FILE} describes the job {document.name!r}, not {directory.name!r}",
+            hint="the file was changed by someone else: remove the job's folder by hand",
+        )
+    return document
+
+
+def _checked_job_dir(ref: JobRef) -> Path:
+    """The folder of ``ref``'s job, checked to be a real folder inside its workspace."""
+    workspace = check_workspace(ref.namespace)
+    return check_inside(job_dir(workspace, ref.name), jobs_dir(workspace))
+
+
+def loopback_interface() -> str:
+    """The name of this machine's loopback interface (``lo``; ``lo0`` on macOS)."""
+    with contextlib.suppress(OSError):
+        for name, addresses in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
+                return name
+    return "lo0" if sys.platform == "darwin" else "lo"
 
 
 def _read_record(workspace: str, name: str) -> RunRecord | None:
@@ -815,6 +875,7 @@ def _merged(record: RunRecord, entry: AttemptRecord) -> RunRecord:
 
 
 def _adoptable(directory: Path, key: str, wanted: str) -> JobDocument:
+    check_inside(directory, directory.parent)
     document = _read_document(directory)
     if document.key != key:
         raise AdoptionRefusedError(
@@ -851,7 +912,7 @@ def _free_ports(count: int) -> list[int]:
 
 def _tail_lines(path: Path, count: int) -> list[tuple[str, str]]:
     try:
-        with open(path, "rb") as log:
+        with open_read(path) as log:
             log.seek(0, os.SEEK_END)
             log.seek(max(0, log.tell() - 64 * 1024))
             lines = log.read().splitlines()[-count:]
@@ -862,15 +923,22 @@ def _tail_lines(path: Path, count: int) -> list[tuple[str, str]]:
 
 def _tail_text(path: Path) -> str:
     try:
-        return path.read_text(errors="replace")[-4000:]
-    except OSError:
+        with open_read(path) as log:
+            return log.read().decode(errors="replace")[-4000:]
+    except (OSError, KubeDLPrefectError):
         return ""
 
 
-def _job_processes(state: JobState) -> list[psutil.Process]:
-    """Every process of the job still running: supervisor, replicas and their descendants."""
+def _job_processes(state: JobState, uid: str) -> list[psutil.Process]:
+    """Every process of the job still running: supervisor, replicas and their descendants.
+
+    Raises:
+        KubeDLPrefectError: A process ``state`` names is not verifiably the job's
+            (:func:`~.layout.job_process`).
+    """
     found: dict[int, psutil.Process] = {}
-    roots = [process_of(state.supervisor)] + [process_of(r.process) for r in state.replicas]
+    named = [state.supervisor] + [r.process for r in state.replicas]
+    roots = [job_process(who, uid) for who in named]
     for root in roots:
         if root is None:
             continue
@@ -894,9 +962,9 @@ def _kill(processes: list[psutil.Process], number: int) -> None:
             process.send_signal(number)
 
 
-def _mark_lost(directory: Path, state: JobState) -> JobState:
+def _mark_lost(directory: Path, state: JobState, uid: str) -> JobState:
     """Stop what is left of a job whose supervisor died, and record it as lost."""
-    left = [p for p in _job_processes(state) if p.pid != (state.supervisor or _NOBODY).pid]
+    left = [p for p in _job_processes(state, uid) if p.pid != (state.supervisor or _NOBODY).pid]
     _kill(left, signal.SIGKILL)
     psutil.wait_procs(left, timeout=5.0)
     with locked(directory / ".state.lock"):
@@ -916,20 +984,29 @@ _NOBODY: Final = _Nobody()
 
 
 def _cancel(ref: JobRef, timeout_s: float) -> None:
-    directory = job_dir(ref.namespace, ref.name)
+    directory = _checked_job_dir(ref)
     try:
         document = _read_document(directory)
         state = JobState.from_dict(read_json(directory / STATE_FILE))
     except FileNotFoundError:
         return
+    if ref.uid and document.uid != ref.uid:
+        raise ConflictError(
+            f"{ref.kind} {ref.name} in {ref.namespace} was replaced by another job of the same "
+            f"name (uid {document.uid}, the reference has {ref.uid}): not cancelling it",
+            status=409,
+            reason="Conflict",
+            hint="the job of this reference is gone; cancel the new one with its own reference",
+        )
     until = time.monotonic() + timeout_s
-    supervisor = process_of(state.supervisor)
+    _job_processes(state, document.uid)  # every process it names is checked before any signal
+    supervisor = job_process(state.supervisor, document.uid)
     if supervisor is not None:
         # The supervisor stops its replicas and everything below them, then exits.
         with contextlib.suppress(psutil.Error):
             supervisor.terminate()
         psutil.wait_procs([supervisor], timeout=max(0.0, until - time.monotonic()))
-    left = _job_processes(state)
+    left = _job_processes(state, document.uid)
     if left:  # the supervisor did not finish in time, or was already gone: stop them here
         _kill(left, signal.SIGKILL)
         psutil.wait_procs(left, timeout=max(1.0, until - time.monotonic()))
@@ -943,7 +1020,8 @@ def _cancel(ref: JobRef, timeout_s: float) -> None:
             last_reason=f"pids {names}",
             hint="they ignore SIGKILL (uninterruptible I/O?); check them with ps",
         )
-    Path(document.socket).unlink(missing_ok=True)
+    with contextlib.suppress(KubeDLPrefectError):
+        remove_socket(checked_socket(directory, document.uid, document.socket))
     shutil.rmtree(directory, ignore_errors=True)
 
 

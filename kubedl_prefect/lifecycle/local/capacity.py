@@ -142,7 +142,7 @@ def _bytes(value: int) -> str:
     return f"{value}"
 
 
-_GPU_DEVICE = re.compile(r"^nvidia\d+$")
+_GPU_DEVICE = re.compile(r"^nvidia\d+\Z")
 
 
 def gpu_ids(dev: Path = Path("/dev")) -> list[int]:

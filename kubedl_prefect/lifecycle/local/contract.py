@@ -12,8 +12,14 @@ role's addresses and the replica's own task). kubedl-prefect adds the checkpoint
 - ``LOCAL_RANK`` is ``0``: each replica is one process on its own "node" (a pod), as it is on a
   cluster without ``torchrun``; a replica asking for GPUs sees its own in ``CUDA_VISIBLE_DEVICES``
   (device ``cuda:0`` is its first), and one asking for none sees none, as in a pod;
+- rendezvous traffic stays on this machine: gloo and NCCL are pinned to the loopback interface
+  (``GLOO_SOCKET_IFNAME``, ``NCCL_SOCKET_IFNAME``; the backend's ``env`` may say otherwise);
 - the command runs in the current Python environment: ``python``/``python3`` is this
   interpreter, and its ``bin`` directory comes first on ``PATH``; the image is not used;
+- a replica starts from a minimal environment, not the caller's (whose secrets, such as
+  ``PREFECT_API_KEY`` or cloud credentials, it has no business with): only the names in
+  :data:`INHERITED_ENV` (and ``LC_*``) are passed on; the spec's ``env`` and the backend's come
+  on top, and the job's marker (:data:`~.layout.JOB_MARKER_ENV`) last;
 - a checkpoint location that is not a ``file://`` URI (a container path on a volume, an object
   store URI) becomes a directory of the workspace, with the same per-key last segment.
 
@@ -33,10 +39,10 @@ from urllib.parse import unquote, urlparse
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.lifecycle.backend import checkpoint_location
+from kubedl_prefect.lifecycle.local.layout import JOB_MARKER_ENV
 from kubedl_prefect.lifecycle.local.state import ReplicaPlan
 from kubedl_prefect.spec import CHECKPOINT_ENV, Framework, Role, TrainingJobSpec
 from kubedl_prefect.spec.quantity import parse_quantity
-from kubedl_prefect.spec.types import NCCL_IFNAME_ENV
 
 LOCAL_HOST: Final = "127.0.0.1"
 """The address every replica listens on and reaches the others at."""
@@ -53,30 +59,79 @@ CONTRACT_ENV: Final = frozenset(
         "PYTHONUNBUFFERED",
         "CUDA_VISIBLE_DEVICES",
         CHECKPOINT_ENV,
+        JOB_MARKER_ENV,
     }
 )
 """Variables the contract sets; an inherited value of any of them is dropped first, so that a
 caller running under ``torchrun`` (or with a stale ``TF_CONFIG``) cannot leak its own."""
 
-PYTHON_NAMES: Final = re.compile(r"^python(3(\.\d+)?)?$")
+INHERITED_ENV: Final = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "SHELL",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "TEMP",
+        "TMP",
+        "PYTHONPATH",
+        "PYTHONHOME",
+        "VIRTUAL_ENV",
+        "CONDA_PREFIX",
+        "LD_LIBRARY_PATH",
+        "CUDA_HOME",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+    }
+)
+"""What a replica (and the supervisor) takes from the caller's environment, with ``LC_*``: what
+a program needs to find its interpreter, libraries, home, temporary folder, locale and CA
+certificates, and nothing that usually holds a secret. Anything else goes through the spec's
+``env`` or the backend's (``LocalCluster.env``)."""
+
+INHERITED_PREFIXES: Final = ("LC_",)
+
+LOOPBACK_ENV: Final = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+"""Variables that pin gloo's and NCCL's sockets to an interface: the loopback one, locally."""
+PYTHON_NAMES: Final = re.compile(r"^python(3(\.\d+)?)?\Z")
 """Commands that mean "the Python interpreter" and run as the current one."""
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """What of the caller's ``environ`` a replica or supervisor starts from (:data:`INHERITED_ENV`).
+
+    Example:
+        >>> inherited_env({"HOME": "/h", "LC_ALL": "C", "PREFECT_API_KEY": "pnu_x"})
+        {'HOME': '/h', 'LC_ALL': 'C'}
+    """
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in INHERITED_ENV or name.startswith(INHERITED_PREFIXES)
+    }
 
 
 def launch_env(
     inherited: Mapping[str, str], plan: Mapping[str, str], python: str
 ) -> dict[str, str]:
-    """A replica's whole environment: the caller's less the contract's names, then the plan's.
+    """A replica's whole environment: what it inherits (:func:`inherited_env`), then the plan.
 
     The directory of ``python`` comes first on ``PATH``, so that ``torchrun`` and other
     commands of the current environment are found.
 
     Example:
-        >>> env = launch_env({"PATH": "/usr/bin", "RANK": "3", "HOME": "/h"}, {"RANK": "0"},
-        ...                  "/venv/bin/python")
+        >>> env = launch_env({"PATH": "/usr/bin", "RANK": "3", "HOME": "/h", "TOKEN": "x"},
+        ...                  {"RANK": "0"}, "/venv/bin/python")
         >>> env == {"PATH": "/venv/bin:/usr/bin", "RANK": "0", "HOME": "/h"}
         True
     """
-    env = {k: v for k, v in inherited.items() if k not in CONTRACT_ENV}
+    env = {k: v for k, v in inherited_env(inherited).items() if k not in CONTRACT_ENV}
     env.update(plan)
     env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(python), env.get("PATH", "")) if p)
     return env
@@ -228,6 +283,8 @@ def replica_plans(
     extra_env: Mapping[str, str] | None = None,
     hostname: str = "localhost",
     inherited: Mapping[str, str] | None = None,
+    job_uid: str = "",
+    loopback_interface: str = "lo",
 ) -> list[ReplicaPlan]:
     """Every replica's command line and environment, as the operators would give them.
 
@@ -243,7 +300,11 @@ def replica_plans(
             spec's and before the contract's; they also stand in for the spec's Secret and
             ConfigMap references of the same name.
         hostname: This machine's name (the value of ``spec.nodeName`` references).
-        inherited: The environment the replicas start from (the caller's: ``os.environ``).
+        inherited: The caller's environment (``os.environ``): only :func:`inherited_env` of it
+            reaches the replicas.
+        job_uid: The job's uid, the marker every replica carries (:data:`~.layout.JOB_MARKER_ENV`).
+        loopback_interface: This machine's loopback interface (``lo``, ``lo0`` on macOS), which
+            gloo and NCCL are pinned to (:data:`LOOPBACK_ENV`) unless ``extra_env`` sets them.
 
     Example:
         >>> from kubedl_prefect.spec import parse_spec
@@ -282,12 +343,13 @@ def replica_plans(
                         "status.hostIP": LOCAL_HOST,
                         "spec.nodeName": hostname,
                     }[value.field_ref.field_path]
-            if spec.network is not None and spec.network.nccl_socket_ifname is not None:
-                env[NCCL_IFNAME_ENV] = spec.network.nccl_socket_ifname
+            # Locally every peer is on this machine: the spec's interface is a cluster's.
+            env.update(dict.fromkeys(LOOPBACK_ENV, loopback_interface))
             threads = cpu_threads(resolved.resources.cpu if resolved.resources else None)
             if threads is not None:
                 env.setdefault("OMP_NUM_THREADS", str(threads))
             env.update(extra_env or {})
+            env[JOB_MARKER_ENV] = job_uid
             env["PYTHONUNBUFFERED"] = "0"
             env["LOCAL_RANK"] = "0"
             gpus = resolved.resources.gpus if resolved.resources else 0

@@ -48,12 +48,14 @@ from typing import IO, Any, Final
 import psutil
 
 from kubedl_prefect.lifecycle.local.layout import (
-    LOG_DIR,
     MAX_LINE_BYTES,
     STATE_FILE,
     SUPERVISOR_LOG,
     format_log_line,
     log_path,
+    open_private,
+    private_dir,
+    remove_socket,
     write_json,
 )
 from kubedl_prefect.lifecycle.local.state import (
@@ -116,9 +118,8 @@ class Supervisor:
         Returns whether this supervisor got the job (``False``: it exists already).
         """
         path = Path(self.document.socket)
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()  # left by a supervisor of the same uid that died: nobody else's
+        private_dir(path.parent)  # a link or someone else's folder there is refused
+        remove_socket(path)  # left by a supervisor of the same uid that died: nobody else's
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.bind(str(path))
         sock.listen(64)
@@ -366,12 +367,12 @@ class Supervisor:
 
 
 def _open_log(path: Path) -> IO[bytes]:
-    """The replica's log file, to append to (closed by its pump)."""
-    return open(path, "ab")
+    """The replica's log file, to append to (closed by its pump): ``0600``, never a link."""
+    return open_private(path, append=True)
 
 
 def _remove(path: Path) -> None:
-    path.unlink(missing_ok=True)
+    remove_socket(path)
 
 
 def _descendants() -> list[psutil.Process]:
@@ -412,18 +413,17 @@ def _daemonize(new_dir: Path) -> tuple[bool, int]:
     devnull = os.open(os.devnull, os.O_RDWR)
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
-    log = os.open(new_dir / SUPERVISOR_LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.dup2(log, 2)
+    log = open_private(new_dir / SUPERVISOR_LOG, append=True)
+    os.dup2(log.fileno(), 2)
     os.close(devnull)
-    os.close(log)
+    log.close()
     return False, write_end
 
 
 def main() -> int:
     """Read the plan, detach, claim the job and run it; the parent prints how the claim went."""
     plan = json.load(sys.stdin)
-    new_dir = Path(plan["newDir"])
-    (new_dir / LOG_DIR).mkdir(parents=True, exist_ok=True)
+    new_dir = Path(plan["newDir"])  # made by the backend, with its logs folder, 0700
     parent, fd = _daemonize(new_dir)
     if parent:  # report what the child says, then let it go
         with os.fdopen(fd, "rb") as report:

@@ -6,14 +6,19 @@ a file, from a kubeconfig, from the ServiceAccount mount) is exercised for real.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
+import logging
+import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
-from kubedl_prefect.errors import ForbiddenError, KubeConnectionError
+from kubedl_prefect.errors import ForbiddenError, KubeConnectionError, UnauthenticatedError
 from kubedl_prefect.kube import credentials as credentials_module
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.credentials import (
@@ -71,6 +76,39 @@ async def test_bearer_token_over_https_with_the_ca_as_text_or_file(tls_api: Fake
     assert tls_api.counts["list"] == 3
 
 
+async def test_a_token_is_never_sent_in_clear_text_off_this_machine() -> None:
+    for server in ("http://k8s.example:6443", "http://10.0.0.1", "HTTP://[2001:db8::1]:8080"):
+        with pytest.raises(KubeConnectionError, match="in clear text") as refused:
+            await connect(BearerToken(server=server, token=SECRET))
+        assert "https://" in (refused.value.hint or "")
+        assert not refused.value.retryable
+        assert_hidden(refused.value, SECRET)
+
+
+async def test_a_token_over_http_to_a_loopback_address_is_accepted() -> None:
+    # kubectl proxy, a port-forward: the token never leaves the machine.
+    for server in ("http://127.0.0.1:8001", "http://localhost:8001", "http://[::1]:8001"):
+        client = await connect(BearerToken(server=server, token=SECRET))
+        await client.close()
+
+
+async def test_skipping_tls_verification_is_warned_once_and_not_mixed_with_a_ca(
+    tls_api: FakeKubeAPI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(credentials_module, "_warned_insecure", set())  # another test's server
+    insecure = BearerToken(server=tls_api.url, token=SECRET, insecure_skip_tls_verify=True)
+    with caplog.at_level(logging.WARNING, logger=credentials_module.__name__):
+        await lists_pods(insecure)
+        await lists_pods(insecure)
+    warned = [r for r in caplog.records if "TLS verification is off" in r.getMessage()]
+    assert len(warned) == 1
+    assert tls_api.url in warned[0].getMessage()
+    assert SECRET not in caplog.text
+    assert tls_api.ca_pem is not None
+    with pytest.raises(KubeConnectionError, match="insecure_skip_tls_verify and a CA"):
+        await connect(replace(insecure, ca_cert=tls_api.ca_pem))
+
+
 async def test_an_unknown_ca_fails_the_first_request_without_the_token(
     tls_api: FakeKubeAPI,
 ) -> None:
@@ -85,15 +123,31 @@ async def test_an_unknown_ca_fails_the_first_request_without_the_token(
     assert tls_api.counts["list"] == 0
 
 
-async def test_a_wrong_token_is_refused_by_the_server(fake_api: FakeKubeAPI) -> None:
+async def test_a_wrong_token_is_unauthenticated_not_forbidden(fake_api: FakeKubeAPI) -> None:
     client = await connect(BearerToken(server=fake_api.url, token="wrong-" + SECRET))
     try:
-        with pytest.raises(ForbiddenError) as refused:
+        with pytest.raises(UnauthenticatedError) as refused:
             await client.list(PODS, "ns")
     finally:
         await client.close()
+    assert not isinstance(refused.value, ForbiddenError)
     assert refused.value.status == 401
+    assert not refused.value.retryable
+    hint = refused.value.hint or ""
+    assert "expired" in hint
+    assert "invalid" in hint
+    assert "rbac" not in hint.lower()
     assert_hidden(refused.value, SECRET)
+
+
+async def test_a_missing_permission_is_forbidden_with_the_rbac_hint(
+    fake_api: FakeKubeAPI, fake_client: KubeClient
+) -> None:
+    fake_api.fail_next("list", "/api/v1", 403, "Forbidden")
+    with pytest.raises(ForbiddenError) as refused:
+        await fake_client.list(PODS, "ns")
+    assert refused.value.status == 403
+    assert "deploy/rbac.yaml" in (refused.value.hint or "")
 
 
 async def test_kubeconfig_content_with_a_token_user_and_embedded_ca(tls_api: FakeKubeAPI) -> None:
@@ -158,7 +212,8 @@ def test_repr_str_and_session_keys_hide_secrets(fake_api: FakeKubeAPI) -> None:
             assert SECRET not in text
     assert "https://k8s.example:6443" in repr(token)
     assert repr(content) == (
-        f"KubeconfigContent(content=<{len(content.content)} characters>, context='fake')"
+        f"KubeconfigContent(content=<{len(content.content)} characters>, context='fake', "
+        "trusted=False)"
     )
 
 
@@ -175,6 +230,10 @@ def test_session_keys_are_stable_and_differ_per_identity(tmp_path: Path) -> None
     assert (
         KubeconfigContent("a").session_key()
         != KubeconfigContent("a", context="other").session_key()
+    )
+    # A client made from trusted content is never handed to the same content untrusted.
+    assert (
+        KubeconfigContent("a").session_key() != KubeconfigContent("a", trusted=True).session_key()
     )
     assert KubeconfigFile(str(tmp_path / "x"), "ctx").session_key() == (
         f"kubeconfig-file:{tmp_path / 'x'}#ctx"
@@ -197,7 +256,8 @@ def test_session_keys_are_stable_and_differ_per_identity(tmp_path: Path) -> None
         ),
         (BearerToken(server="https://k8s.example", token=SECRET, ca_file="/nope"), "not exist"),
         (BearerToken(server="https://k8s.example", token=SECRET, ca_cert="junk"), "not a PEM"),
-        (KubeconfigContent(f"users: [{{token: {SECRET}\n"), "invalid YAML at line"),
+        (KubeconfigContent(f"users: [{{token: {SECRET}\n"), "invalid YAML: .* at line"),
+        (KubeconfigContent("users: [{user: {password: on}}]\n"), "invalid YAML: .* line 1"),
         (KubeconfigContent(f"just-a-string-{SECRET}"), "not a kubeconfig"),
         (KubeconfigFile("/nonexistent/kubeconfig"), "no such file"),
     ],
@@ -251,3 +311,133 @@ async def test_in_cluster_outside_a_pod(monkeypatch: pytest.MonkeyPatch, tmp_pat
 async def test_something_else_is_refused() -> None:
     with pytest.raises(KubeConnectionError, match="not Kubernetes credentials: str"):
         await connect("https://k8s.example")  # type: ignore[arg-type]
+
+
+# -- kubeconfig content is data, not code ------------------------------------------------------
+
+
+def exec_user(marker: Path, token: str) -> dict[str, object]:
+    """A kubeconfig user whose exec plugin leaves ``marker`` and prints ``token``."""
+    credential = json.dumps(
+        {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "kind": "ExecCredential",
+            "status": {"token": token},
+        }
+    )
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "/bin/sh",
+            "args": ["-c", f"touch {marker}; echo '{credential}'"],
+        }
+    }
+
+
+def with_user(fake_api: FakeKubeAPI, user: dict[str, object]) -> str:
+    document = yaml.safe_load(fake_api.kubeconfig())
+    document["users"][0]["user"] = user
+    return yaml.safe_dump(document)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("user", "exec", {"apiVersion": "client.authentication.k8s.io/v1", "command": "id"}),
+        ("user", "auth-provider", {"name": "gcp", "config": {"cmd-path": "/usr/bin/id"}}),
+        ("user", "tokenFile", "/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        ("user", "client-certificate", "/etc/kubernetes/pki/admin.crt"),
+        ("user", "client-key", "/etc/kubernetes/pki/admin.key"),
+        ("cluster", "certificate-authority", "/etc/kubernetes/pki/ca.crt"),
+    ],
+)
+async def test_kubeconfig_content_may_not_run_commands_or_read_files(
+    fake_api: FakeKubeAPI, section: str, key: str, value: object
+) -> None:
+    document = yaml.safe_load(fake_api.kubeconfig(token=SECRET))
+    entry = document["users" if section == "user" else "clusters"][0]
+    entry[section][key] = value
+    with pytest.raises(KubeConnectionError) as refused:
+        await connect(KubeconfigContent(yaml.safe_dump(document)))
+    name = entry["name"]
+    assert f"{section} {name!r} has {key}" in refused.value.message
+    assert "trust_kubeconfig" in (refused.value.hint or "")
+    assert "--flatten" in (refused.value.hint or "")
+    assert not refused.value.retryable
+    assert_hidden(refused.value, SECRET)
+    assert fake_api.counts["list"] == 0
+
+
+async def test_an_exec_plugin_runs_only_when_the_content_is_trusted(
+    fake_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    content = with_user(fake_api, exec_user(marker, fake_api.token))
+    with pytest.raises(KubeConnectionError, match="user 'fake-user' has exec"):
+        await connect(KubeconfigContent(content))
+    assert not marker.exists()
+    await lists_pods(KubeconfigContent(content, trusted=True))
+    assert marker.exists()
+
+
+async def test_a_kubeconfig_file_of_this_machine_may_use_exec_and_token_files(
+    fake_api: FakeKubeAPI, tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    path = tmp_path / "config"
+    path.write_text(with_user(fake_api, exec_user(marker, fake_api.token)))
+    await lists_pods(KubeconfigFile(str(path)))
+    assert marker.exists()
+    (tmp_path / "token").write_text(fake_api.token)
+    path.write_text(with_user(fake_api, {"tokenFile": str(tmp_path / "token")}))
+    await lists_pods(KubeconfigFile(str(path)))
+
+
+async def test_a_kubeconfig_alias_bomb_is_refused_at_once() -> None:
+    levels = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 8)]
+    bomb = "\n".join(
+        [
+            "apiVersion: v1",
+            *levels,
+            "clusters: [{name: c, cluster: {server: 'https://k:6443'}}]",
+            "users: [{name: u, user: {token: t, lol: *l7}}]",
+            "contexts: [{name: x, context: {cluster: c, user: u}}]",
+        ]
+    )
+    started = time.monotonic()
+    with pytest.raises(KubeConnectionError, match="more than 100,000 nodes") as refused:
+        await connect(KubeconfigContent(bomb, context="missing"))
+    assert time.monotonic() - started < 3
+    assert refused.value.hint
+
+
+async def test_reading_kubeconfig_content_leaves_the_event_loop_running() -> None:
+    filler = ", ".join(["a"] * 99_000)  # just under the node limit: a long read, refused after
+    content = f"apiVersion: v1\nkind: Config\nclusters: []\npreferences: {{filler: [{filler}]}}\n"
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0)  # the ticker is waiting on its first sleep
+    started = ticks
+    try:
+        with pytest.raises(KubeConnectionError, match="no clusters"):
+            await connect(KubeconfigContent(content))
+        during = ticks - started
+    finally:
+        ticker.cancel()
+    # Read on the loop, the document would stop the ticker for the whole read (0 ticks).
+    assert during >= 3
+
+
+async def test_kubeconfig_content_over_the_size_limit_is_refused() -> None:
+    content = "apiVersion: v1\n# " + "x" * (credentials_module.MAX_KUBECONFIG_BYTES + 1) + "\n"
+    with pytest.raises(KubeConnectionError, match=r"at most 1\.0 MiB") as refused:
+        await connect(KubeconfigContent(content))
+    assert "--minify" in (refused.value.hint or "")

@@ -22,6 +22,7 @@ from kubedl_prefect.errors import (
     KubeConnectionError,
     NotFoundError,
     ServerError,
+    UnauthenticatedError,
 )
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.credentials import BearerToken, connect
@@ -374,7 +375,7 @@ async def test_requests_without_the_token_are_unauthorized(fake_api: FakeKubeAPI
     assert body["reason"] == "Unauthorized"
     stranger = await connect(BearerToken(server=fake_api.url, token="not-the-token"))
     try:
-        with pytest.raises(ForbiddenError) as refused:
+        with pytest.raises(UnauthenticatedError) as refused:
             await stranger.list(PODS, "ns")
         assert refused.value.status == 401
     finally:

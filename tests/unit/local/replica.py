@@ -60,7 +60,10 @@ def main() -> int:
         print(f"resuming at epoch {done}", flush=True)
         for epoch in range(done, 4):
             if name == "master-0":
-                progress.write_text(str(epoch + 1))
+                # Atomically: a replica starting meanwhile reads it (a truncated file is "").
+                partial = ckpt / "progress.partial"
+                partial.write_text(str(epoch + 1))
+                partial.replace(progress)
             print(f"epoch {epoch}", flush=True)
             starts = (ckpt / f"starts-{name}").read_text().split()
             if name == who and epoch == 1 and len(starts) == 1:

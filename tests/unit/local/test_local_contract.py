@@ -155,8 +155,51 @@ def test_checkpoints_go_to_the_workspace_unless_the_location_is_a_file_uri() -> 
 
 
 def test_launch_env_drops_every_inherited_contract_variable() -> None:
-    inherited = {"MASTER_ADDR": "10.0.0.1", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "X": "1"}
-    assert launch_env(inherited, {}, "/v/bin/python") == {"X": "1", "PATH": "/v/bin"}
+    inherited = {"MASTER_ADDR": "10.0.0.1", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "HOME": "/h"}
+    assert launch_env(inherited, {}, "/v/bin/python") == {"HOME": "/h", "PATH": "/v/bin"}
+
+
+def test_launch_env_passes_on_only_what_a_program_needs_not_the_callers_secrets() -> None:
+    inherited = {
+        "PATH": "/usr/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp/me",
+        "VIRTUAL_ENV": "/venv",
+        "MLFLOW_TRACKING_PASSWORD": "hunter2",
+        "PREFECT_API_KEY": "pnu_x",
+        "AWS_SECRET_ACCESS_KEY": "aws",
+        "HTTPS_PROXY": "http://user:pass@proxy:3128",
+        "KUBEDL_PREFECT_LOCAL_JOB": "someone-elses",
+    }
+    env = launch_env(inherited, {"FROM_PLAN": "1"}, "/venv/bin/python")
+    assert env == {
+        "PATH": "/venv/bin:/usr/bin",
+        "HOME": "/home/me",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TMPDIR": "/tmp/me",
+        "VIRTUAL_ENV": "/venv",
+        "FROM_PLAN": "1",
+    }
+
+
+def test_replicas_talk_over_the_loopback_interface_unless_the_backend_env_says_otherwise() -> None:
+    job = spec(network={"ncclSocketIfname": "eth0"}, env={"GLOO_SOCKET_IFNAME": "eth0"})
+    envs = plans(job, loopback_interface="lo")
+    for env in envs.values():
+        assert (env["GLOO_SOCKET_IFNAME"], env["NCCL_SOCKET_IFNAME"]) == ("lo", "lo")
+    envs = plans(job, loopback_interface="lo0", extra_env={"NCCL_SOCKET_IFNAME": "eth1"})
+    assert (envs["worker-0"]["GLOO_SOCKET_IFNAME"], envs["worker-0"]["NCCL_SOCKET_IFNAME"]) == (
+        "lo0",
+        "eth1",
+    )
+
+
+def test_every_replica_carries_the_marker_of_its_job_whatever_the_env_says() -> None:
+    envs = plans(spec(), job_uid="0a1b", extra_env={"KUBEDL_PREFECT_LOCAL_JOB": "forged"})
+    assert {env["KUBEDL_PREFECT_LOCAL_JOB"] for env in envs.values()} == {"0a1b"}
 
 
 def test_admission_names_every_shortage_in_the_schedulers_words() -> None:

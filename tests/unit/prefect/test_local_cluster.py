@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from prefect.blocks.core import Block
-from pydantic import SecretStr
+from pydantic import SecretStr, ValidationError
 
 import kubedl_prefect.prefect.blocks as blocks
 from kubedl_prefect.lifecycle.local import LocalBackend
@@ -56,6 +56,19 @@ def test_secrets_of_its_environment_stay_hidden() -> None:
     assert "hunter2" not in cluster.model_dump_json()
     schema = LocalCluster.model_json_schema()
     assert "TOKEN" not in str(schema)
+    # Every value under env is masked by Prefect's API (what "env" alone does not do).
+    assert schema["secret_fields"] == ["env.*"]
+
+
+def test_its_environment_takes_strings_and_refuses_a_masked_dump() -> None:
+    assert LocalCluster(env={"A": "1", "B": SecretStr("2")}).backend().env == {"A": "1", "B": "2"}
+    empty = LocalCluster()
+    assert LocalCluster.model_validate_json(empty.model_dump_json()).backend().env == {}
+    with pytest.raises(ValidationError, match="masked value"):
+        LocalCluster.model_validate_json(LocalCluster(env={"A": "s3cr3t"}).model_dump_json())
+    with pytest.raises(ValidationError, match="'N': its name and value must be strings") as bad:
+        LocalCluster(env={"N": 12345678})
+    assert "12345678" not in str(bad.value)
 
 
 def test_a_training_job_takes_either_block_and_keeps_it_through_a_dump(tmp_path: Path) -> None:

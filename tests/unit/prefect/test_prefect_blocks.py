@@ -34,6 +34,8 @@ TOKEN = "eyJhbGciOiJSUzI1NiJ9.s3cr3t-token-value"
 def test_each_way_in_gives_its_credentials() -> None:
     content = KubernetesCluster(kubeconfig=SecretStr("apiVersion: v1"), context="gpu")
     assert content.credentials() == KubeconfigContent("apiVersion: v1", "gpu")
+    trusted = KubernetesCluster(kubeconfig=SecretStr("apiVersion: v1"), trust_kubeconfig=True)
+    assert trusted.credentials() == KubeconfigContent("apiVersion: v1", trusted=True)
     path = KubernetesCluster(kubeconfig_path="/etc/kube/config", context="gpu")
     assert path.credentials() == KubeconfigFile("/etc/kube/config", "gpu")
     assert KubernetesCluster(in_cluster=True).credentials() == InCluster()
@@ -61,6 +63,25 @@ def test_the_default_is_the_process_default(monkeypatch: pytest.MonkeyPatch) -> 
             "ca_cert or ca_file, not both",
         ),
         ({"server": "https://k", "token": SecretStr("t"), "ca_cert": "junk"}, "neither PEM"),
+        ({"kubeconfig_path": "/x", "trust_kubeconfig": True}, "goes with kubeconfig"),
+        ({"in_cluster": True, "trust_kubeconfig": True}, "goes with kubeconfig"),
+        (
+            {"kubeconfig_path": "/x", "insecure_skip_tls_verify": True},
+            "insecure_skip_tls_verify goes with server",
+        ),
+        (
+            {
+                "server": "https://k",
+                "token": SecretStr("t"),
+                "ca_cert": PEM,
+                "insecure_skip_tls_verify": True,
+            },
+            "a CA to check the server against, or insecure_skip_tls_verify",
+        ),
+        (
+            {"server": f"https://admin:{TOKEN}@k8s:6443", "token": SecretStr("t")},
+            "the server URL holds user info",
+        ),
     ],
 )
 def test_contradictions_are_refused(fields: dict[str, object], message: str) -> None:

@@ -25,13 +25,6 @@ from mlflow import MlflowClient
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
-from prefect.settings import (
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
-from prefect.testing.utilities import prefect_test_harness
 from pydantic import SecretStr, ValidationError
 
 from kubedl_prefect.lifecycle.backend import JobRef
@@ -53,7 +46,7 @@ from kubedl_prefect.spec.handoff import (
     Handoff,
     with_handoff,
 )
-from tests.support.mlflow_server import MlflowServer, mlflow_server
+from tests.support.mlflow_server import MlflowServer
 from tests.support.training import job_environment, train_and_log
 
 pytestmark = pytest.mark.filterwarnings(
@@ -65,7 +58,6 @@ pytestmark = pytest.mark.filterwarnings(
 
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
-__all__ = ["mlflow_server"]
 
 SPEC = loads_spec(
     "{name: fraud, framework: pytorch, image: ghcr.io/example/fraud:1.0, "
@@ -143,6 +135,18 @@ def test_the_registry_block_validates_its_credentials_and_hides_them() -> None:
         PASSWORD_ENV: ("mlflow-auth", "password"),
     }
     assert MlflowRegistry(tracking_uri="http://m").pod_credentials() is None
+
+
+@pytest.mark.parametrize("field", ["tracking_uri", "registry_uri", "pod_tracking_uri"])
+def test_the_registry_block_refuses_credentials_in_its_uris(field: str) -> None:
+    fields = {"tracking_uri": "http://m", field: f"https://ci:{PASSWORD}@mlflow.example:5000"}
+    with pytest.raises(ValidationError) as caught:
+        MlflowRegistry(**fields)  # type: ignore[arg-type]
+    text = str(caught.value)
+    assert PASSWORD not in text
+    assert f"{field} holds user info" in text
+    assert "password (kept secret)" in text
+    assert "MLFLOW_TRACKING_USERNAME" in text
 
 
 def test_the_registry_block_hands_its_credentials_to_mlflow_only(
@@ -276,22 +280,6 @@ def collect_prefects_leaked_connections() -> Iterator[None]:
     gc.collect()
 
 
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
-
-
 async def model_events(flow_run_id: UUID, want: set[str], timeout_s: float = 30) -> list[Any]:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -314,7 +302,7 @@ def log_the_model(handoff: Handoff, accuracy: float) -> None:
 
 
 async def test_the_sync_tasks_register_once_gate_and_resolve_in_a_flow(
-    prefect_server: None, mlflow_server: MlflowServer
+    prefect_server: dict[str, str], mlflow_server: MlflowServer
 ) -> None:
     model = f"fraud-{uuid.uuid4().hex[:8]}"
     block = MlflowRegistry(
@@ -375,7 +363,7 @@ async def test_the_sync_tasks_register_once_gate_and_resolve_in_a_flow(
 
 
 async def test_the_async_tasks_keep_a_worse_candidate_out(
-    prefect_server: None, mlflow_server: MlflowServer
+    prefect_server: dict[str, str], mlflow_server: MlflowServer
 ) -> None:
     model = f"fraud-{uuid.uuid4().hex[:8]}"
     block = MlflowRegistry(
@@ -415,7 +403,7 @@ async def test_the_async_tasks_keep_a_worse_candidate_out(
 
 
 async def test_a_failed_job_has_no_model_to_register(
-    prefect_server: None, mlflow_server: MlflowServer
+    prefect_server: dict[str, str], mlflow_server: MlflowServer
 ) -> None:
     block = MlflowRegistry(tracking_uri=mlflow_server.url, experiment="fraud-failed")
 

@@ -24,13 +24,6 @@ from prefect.client.schemas.filters import (
     LogFilter,
     LogFilterFlowRunId,
 )
-from prefect.settings import (
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
-from prefect.testing.utilities import prefect_test_harness
 
 from kubedl_prefect.errors import KubeConnectionError
 from kubedl_prefect.lifecycle.admission import AdmissionState
@@ -69,22 +62,6 @@ def collect_prefects_leaked_connections() -> Iterator[None]:
     """
     yield
     gc.collect()
-
-
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
 
 
 @dataclass
@@ -222,7 +199,7 @@ def test_every_async_task_and_method_has_a_sync_twin_with_the_same_signature() -
 
 
 def test_a_retried_task_keeps_its_key_and_adopts_its_job(
-    prefect_server: None, scripted: ScriptedBackend
+    prefect_server: dict[str, str], scripted: ScriptedBackend
 ) -> None:
     scripted.flaky = 1
 
@@ -251,7 +228,7 @@ def test_a_retried_task_keeps_its_key_and_adopts_its_job(
 
 
 async def test_async_tasks_submit_wait_and_forward_every_replicas_logs(
-    prefect_server: None, scripted: ScriptedBackend
+    prefect_server: dict[str, str], scripted: ScriptedBackend
 ) -> None:
     @flow
     async def train() -> TrainingResult:
@@ -277,7 +254,7 @@ async def test_async_tasks_submit_wait_and_forward_every_replicas_logs(
 
 
 def test_a_replay_of_a_finished_key_trains_nothing(
-    prefect_server: None, scripted: ScriptedBackend
+    prefect_server: dict[str, str], scripted: ScriptedBackend
 ) -> None:
     @flow
     def train() -> TrainingResult:
@@ -292,7 +269,7 @@ def test_a_replay_of_a_finished_key_trains_nothing(
     assert again.replayed
 
 
-def test_cancel_and_render_tasks(prefect_server: None, scripted: ScriptedBackend) -> None:
+def test_cancel_and_render_tasks(prefect_server: dict[str, str], scripted: ScriptedBackend) -> None:
     @flow
     def submit_then_cancel() -> dict[str, Any]:
         saved = tasks.submit_training_job(job(), key="to-cancel")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kubedl_prefect.errors import ModelSourceRefusedError, RegistryError
@@ -80,3 +82,20 @@ def test_unknown_schemes_and_unresolved_registry_uris_are_refused() -> None:
         storage_uri("dbfs:/models/m-1")
     with pytest.raises(ModelSourceRefusedError, match="cannot read the MLflow registry"):
         storage_uri("models:/fraud/1")
+
+
+@pytest.mark.parametrize(
+    ("location", "fields"),
+    [
+        ("https://ci:s3cr3t-pw@store.example/models/m-1", {}),
+        ("mlflow-artifacts:/3/m-1", {"artifact_destination": "https://ci:s3cr3t-pw@store/a"}),
+        ("file:///srv/m-1", {"rewrites": {"file:///srv": "https://ci:s3cr3t-pw@store"}}),
+    ],
+)
+def test_a_location_with_credentials_is_refused_without_showing_them(
+    location: str, fields: dict[str, Any]
+) -> None:
+    with pytest.raises(ModelSourceRefusedError, match="holds user info") as caught:
+        storage_uri(location, **fields)
+    assert "s3cr3t-pw" not in f"{caught.value} {caught.value.uri}"
+    assert "service_account" in (caught.value.hint or "")

@@ -271,7 +271,7 @@ def test_a_server_that_exits_fails_with_its_log_and_no_password(
     assert "exited with code 3" in message
     assert "cannot load models:/m/9" in caught.value.log_tail
     assert "hunter2" not in message
-    assert "me:***@127.0.0.1:1" in message
+    assert "http://***@127.0.0.1:1" in message
 
 
 def test_a_server_that_never_gets_ready_is_stopped_at_the_deadline(

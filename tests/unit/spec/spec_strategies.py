@@ -389,4 +389,6 @@ def valid_spec_data(draw: st.DrawFn) -> dict[str, Any]:
         data["slotsPerWorker"] = draw(st.integers(1, 8))
     if framework is Framework.TENSORFLOW and draw(st.booleans()):
         data["successPolicy"] = draw(st.sampled_from(["", "AllWorkers"]))
+    if network.get("hostNetwork") or any("hostPath" in volume for volume in volumes):
+        data["podSecurity"] = "privileged"  # they break the Baseline Pod Security level
     return data

@@ -209,7 +209,11 @@ def test_ports_render_and_are_checked(crd_errors: CrdErrors) -> None:
     for ports in bad:
         assert paths(rejected(minimal(ports=ports)))[0].startswith("ports")
     error = rejected(
-        minimal(network={"hostNetwork": True}, ports=[{"containerPort": 80, "hostPort": 81}])
+        minimal(
+            network={"hostNetwork": True},
+            ports=[{"containerPort": 80, "hostPort": 81}],
+            podSecurity="privileged",
+        )
     )
     assert paths(error) == ["ports[0].hostPort"]
 

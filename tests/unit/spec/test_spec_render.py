@@ -140,7 +140,11 @@ def test_gpus_render_as_limits_with_equal_requests() -> None:
 
 
 def test_host_network_and_scheduler() -> None:
-    spec = parse_spec(minimal(network={"hostNetwork": True}, gang={"scheduler": "volcano"}))
+    spec = parse_spec(
+        minimal(
+            network={"hostNetwork": True}, gang={"scheduler": "volcano"}, podSecurity="privileged"
+        )
+    )
     kubedl = render(spec, "kubedl")
     kubeflow = render(spec, "kubeflow")
     assert kubedl["metadata"]["annotations"] == {"kubedl.io/network-mode": "host"}
@@ -205,7 +209,8 @@ def test_volumes_of_every_source() -> None:
                 {"name": "c", "mountPath": "/c", "hostPath": {"path": "/mnt", "type": "Directory"}},
                 {"name": "d", "mountPath": "/d", "configMap": "cm", "subPath": "x"},
                 {"name": "e", "mountPath": "/e", "secret": "sec"},
-            ]
+            ],
+            podSecurity="privileged",  # the hostPath volume breaks the Baseline level
         )
     )
     template = pod(render(spec, "kubedl"), "pytorchReplicaSpecs", "Master")
