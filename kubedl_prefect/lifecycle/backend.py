@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from kubedl_prefect.errors import KubeDLPrefectError
+from kubedl_prefect.kube.client import is_dns1123_label, is_dns1123_subdomain, shown
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis
@@ -52,6 +54,12 @@ class JobRef:
     keep it in a Prefect result and a restarted flow can re-attach to the job
     (:meth:`TrainingBackend.attach`) instead of launching a duplicate, whatever namespace or
     dialect its backend defaults to.
+
+    Data read back is untrusted input, so every reference is checked when it is made: its name
+    must be a DNS-1123 subdomain, its uid (when given) letters, digits and ``-``, its
+    ``apiVersion`` and ``kind`` such as Kubernetes writes, its attempt at least 1, and, for the
+    Kubernetes backend, its namespace a DNS-1123 label (the local backend's namespace is its
+    workspace, which that backend checks).
 
     Args:
         backend: Which backend runs it (``kubernetes``, ``local``).
@@ -88,6 +96,15 @@ class JobRef:
     attempt: int
     spec_hash: str
     schema_version: int = JOB_REF_SCHEMA
+
+    def __post_init__(self) -> None:
+        problem = reference_problem(self)
+        if problem is not None:
+            raise _ref_error(
+                f"job reference refused: {problem}",
+                hint="use a reference exactly as JobRef.to_dict() or JobRef.to_json() wrote it; "
+                "data read back from a result, a file or an argument is checked like any input",
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """The reference as plain data (camelCase keys, JSON-able)."""
@@ -128,7 +145,9 @@ class JobRef:
         """
         if not isinstance(data, Mapping):
             raise _ref_error(f"a job reference must be a mapping, not {type(data).__name__}")
-        version = int(data.get("schemaVersion") or data.get("schema_version") or 1)
+        version = _whole_number(
+            data.get("schemaVersion") or data.get("schema_version") or 1, "schemaVersion"
+        )
         if version > JOB_REF_SCHEMA:
             raise _ref_error(
                 f"this job reference has layout version {version}; this kubedl-prefect reads "
@@ -157,7 +176,7 @@ class JobRef:
             api_version=api_version,
             kind=str(field_("kind", "kind")),
             key=str(field_("key", "key")),
-            attempt=int(field_("attempt", "attempt")),
+            attempt=_whole_number(field_("attempt", "attempt"), "attempt"),
             spec_hash=str(field_("specHash", "spec_hash", "")),
         )
 
@@ -167,6 +186,67 @@ class JobRef:
 
 
 _MISSING = object()
+
+_UID = re.compile(r"[0-9A-Za-z]([-0-9A-Za-z]*[0-9A-Za-z])?")
+_KIND = re.compile(r"[A-Z][0-9A-Za-z]*")
+_NAMESPACED_BACKENDS = frozenset({"kubernetes"})
+"""Backends whose references' namespace is a Kubernetes namespace."""
+
+
+def namespace_problem(namespace: object) -> str | None:
+    """Why ``namespace`` cannot be a Kubernetes namespace, or ``None`` if it can."""
+    if isinstance(namespace, str) and is_dns1123_label(namespace):
+        return None
+    return (
+        f"the namespace {_shown(namespace)} is not a Kubernetes namespace (a DNS-1123 label: "
+        "lower-case letters, digits and '-', starting and ending with a letter or digit, at "
+        "most 63 characters)"
+    )
+
+
+def reference_problem(ref: JobRef) -> str | None:
+    """Why ``ref`` cannot name a job, or ``None`` when every field is one a cluster would give."""
+    if not isinstance(ref.backend, str) or not is_dns1123_label(ref.backend):
+        return f"the backend {_shown(ref.backend)} is not a backend's name"
+    if ref.backend in _NAMESPACED_BACKENDS:
+        problem = namespace_problem(ref.namespace)
+        if problem is not None:
+            return problem
+    elif not isinstance(ref.namespace, str) or not ref.namespace:
+        return f"the namespace {_shown(ref.namespace)} is empty"
+    if not isinstance(ref.name, str) or not is_dns1123_subdomain(ref.name):
+        return (
+            f"the name {_shown(ref.name)} is not a Kubernetes object name (a DNS-1123 subdomain: "
+            "lower-case letters, digits, '-' and '.', starting and ending with a letter or "
+            "digit, at most 253 characters)"
+        )
+    if not isinstance(ref.uid, str) or (
+        ref.uid and (len(ref.uid) > 128 or _UID.fullmatch(ref.uid) is None)
+    ):
+        return f"the uid {_shown(ref.uid)} is not a uid (letters, digits and '-')"
+    group, _, version = (ref.api_version if isinstance(ref.api_version, str) else "").rpartition(
+        "/"
+    )
+    if (group and not is_dns1123_subdomain(group)) or not is_dns1123_label(version):
+        return f"the apiVersion {_shown(ref.api_version)} is not a Kubernetes apiVersion"
+    if not isinstance(ref.kind, str) or len(ref.kind) > 63 or _KIND.fullmatch(ref.kind) is None:
+        return f"the kind {_shown(ref.kind)} is not a Kubernetes kind"
+    if not isinstance(ref.attempt, int) or isinstance(ref.attempt, bool) or ref.attempt < 1:
+        return f"the attempt {_shown(ref.attempt)} is not an attempt number (1 or more)"
+    return None
+
+
+def _whole_number(value: Any, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise _ref_error(
+            f"a job reference's {what} {_shown(value)} is not a whole number"
+        ) from None
+
+
+def _shown(value: object) -> str:
+    return shown(value) if isinstance(value, str) else repr(value)[:60]
 
 
 def _dialect_of(api_version: str) -> str:

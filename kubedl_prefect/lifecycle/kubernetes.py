@@ -37,6 +37,7 @@ from kubedl_prefect.errors import (
     AdoptionRefusedError,
     ConflictError,
     ForbiddenError,
+    InvalidObjectError,
     JobCancelledError,
     JobFailedError,
     KubeAPIError,
@@ -68,6 +69,7 @@ from kubedl_prefect.lifecycle.backend import (
     PhaseUpdate,
     WaitTimeouts,
     checkpoint_location,
+    namespace_problem,
 )
 from kubedl_prefect.lifecycle.blockers import fact_request
 from kubedl_prefect.lifecycle.delivery import delivered
@@ -120,6 +122,10 @@ ANNOTATION_KEY = "kubedl-prefect.io/key"
 ANNOTATION_SPEC_HASH = "kubedl-prefect.io/spec-hash"
 ANNOTATION_SPEC_NAME = "kubedl-prefect.io/spec-name"
 _RECORD_WRITE_TRIES = 8
+_OUTAGE_PATIENCE_S = 60.0
+"""How long submissions, record reads and a starting wait ride out an unreachable API server."""
+_FORBIDDEN_TRIES = 4
+"""Tries of a submission or record read answered 403 (a restarted API server's RBAC warm-up)."""
 
 
 class KubernetesBackend:
@@ -166,6 +172,7 @@ class KubernetesBackend:
                 "KubernetesBackend got both credentials and kubeconfig/context",
                 hint="pass credentials=KubeconfigFile(path, context) alone",
             )
+        _check_namespace(namespace)
         if credentials is None:
             credentials = (
                 KubeconfigFile(kubeconfig, context)
@@ -268,7 +275,10 @@ class KubernetesBackend:
             KubeAPIError: The API server refused the job (422: schema; 403: RBAC).
         """
         manifest = self.manifest(spec, key=key, attempt=attempt)
-        return await self._on_runtime(self._submit(spec, manifest, key, attempt, dry_run))
+        # Safe to repeat: a create whose answer was lost meets its job and adopts it.
+        return await self._on_runtime(
+            _outlasting_outages(lambda: self._submit(spec, manifest, key, attempt, dry_run))
+        )
 
     async def _submit(
         self, spec: TrainingJobSpec, manifest: KubeObject, key: str, attempt: int, dry_run: bool
@@ -356,7 +366,9 @@ class KubernetesBackend:
             client = await self._get_client()
             name = record_name(spec.name, key)
             try:
-                record = await _read_record(client, self.namespace, name)
+                record = await _outlasting_outages(
+                    lambda: _read_record(client, self.namespace, name)
+                )
             except ForbiddenError as exc:
                 logger.warning(
                     "cannot read the run record %s/%s (%s): replaying without it",
@@ -376,21 +388,41 @@ class KubernetesBackend:
     ) -> None:
         """Write ``entry`` into the record of ``ref``'s logical job: one request.
 
-        Each attempt has a data key of its own (``attempt-<n>``), so a merge patch adds or
+        Each attempt has a data key of its own (``attempt-<n>``), so a JSON patch adds or
         replaces it without reading the record first and without conflicts between waiters;
-        the record is created on first use. A record that cannot be written (RBAC without
-        ConfigMaps) is logged, not raised: the job runs on, only a replay after clean-up will
-        not know about it.
+        the record is created on first use. The patch first tests that the ConfigMap carries
+        our record label (one atomic request): a ConfigMap of that name that is not a record of
+        ours is never written (the server answers 422). A record that cannot be written (RBAC
+        without ConfigMaps, a foreign ConfigMap in the way) is logged, not raised: the job runs
+        on, only a replay after clean-up will not know about it.
         """
         name = record_name(spec_name, ref.key)
-        data = {attempt_data_key(entry.attempt): json.dumps(entry.to_dict())}
+        data_key = attempt_data_key(entry.attempt)
+        data = {data_key: json.dumps(entry.to_dict())}
+        patch = [
+            {"op": "test", "path": f"/metadata/labels/{_pointer(LABEL_RECORD)}", "value": "true"},
+            {"op": "add", "path": f"/data/{_pointer(data_key)}", "value": data[data_key]},
+        ]
         try:
             for _ in range(_RECORD_WRITE_TRIES):
                 try:
-                    await client.patch(CONFIG_MAPS, ref.namespace, name, {"data": data})
+                    await client.patch(CONFIG_MAPS, ref.namespace, name, patch, patch_type="json")
                     return
                 except NotFoundError:
                     pass
+                except InvalidObjectError as exc:
+                    logger.warning(
+                        "not writing the run record %s/%s: that ConfigMap is not a run record of "
+                        "kubedl-prefect (it lacks the label %s=true, or its data) and is left as "
+                        "it is (%s); a replay after the jobs are cleaned up will not know how "
+                        "attempt %d ended. Rename that ConfigMap, or use another key.",
+                        ref.namespace,
+                        name,
+                        LABEL_RECORD,
+                        exc.message,
+                        ref.attempt,
+                    )
+                    return
                 try:
                     await client.create(
                         CONFIG_MAPS, ref.namespace, record_object(name, ref, spec_name, data)
@@ -431,7 +463,7 @@ class KubernetesBackend:
         await self._flush_records()
         try:
             record = await _read_record(client, ref.namespace, record_name_of(ref.name))
-        except ForbiddenError:
+        except (ForbiddenError, AdoptionRefusedError):
             return None
         entry = record.get(ref.attempt) if record is not None else None
         if entry is None or not entry.finished or (ref.uid and entry.uid != ref.uid):
@@ -537,7 +569,9 @@ class KubernetesBackend:
             )
             while require_job and not view.job():
                 try:
-                    await client.get(kind, namespace, ref.name)
+                    # Through an API-server restart, and the 403s right after one, the shared
+                    # informers ride on and will deliver the job: ask again meanwhile.
+                    await _outlasting_outages(lambda: client.get(kind, namespace, ref.name))
                 except NotFoundError as exc:
                     raise view.deleted() from exc
                 await next_event(queue)  # its ADDED event is on the way
@@ -831,6 +865,7 @@ class KubernetesBackend:
             namespace: Where to look (default: :attr:`namespace`).
         """
         where = namespace or self.namespace
+        _check_namespace(where)
         wanted = {**labels, LABEL_MANAGED_BY: MANAGED_BY}
         selector = ",".join(f"{key}={value}" for key, value in sorted(wanted.items()))
 
@@ -873,29 +908,39 @@ class KubernetesBackend:
     async def cancel(self, ref: JobRef, *, timeout_s: float = 120.0) -> None:
         """Delete the job (foreground propagation) and wait until its pods and PodGroups are gone.
 
+        Only the job of the reference's uid is deleted (a ``preconditions.uid`` the API server
+        checks): a job deleted and created again under the same name, by anyone, is left alone.
         Idempotent: cancelling a job that is already gone returns at once.
 
         Raises:
+            ConflictError: The job of that name is another one now (its uid differs).
             WaitTimeoutError: Something was still there after ``timeout_s``.
         """
         await self._on_runtime(self._cancel(ref, timeout_s))
 
     async def _cancel(self, ref: JobRef, timeout_s: float) -> None:
         client = await self._get_client()
-        await client.delete(
-            job_kind(ref.api_version, ref.kind), ref.namespace, ref.name, propagation="Foreground"
-        )
+        kind = job_kind(ref.api_version, ref.kind)
+        try:
+            await client.delete(
+                kind, ref.namespace, ref.name, propagation="Foreground", uid=ref.uid or None
+            )
+        except ConflictError as exc:
+            if not ref.uid:
+                raise
+            raise await _replaced(client, kind, ref, exc) from exc
         deadline = Deadline(timeout_s)
         async with self._follow(ref, events=False, require_job=False) as (view, queue):
             while True:
                 left = [
-                    f"{kind}/{obj['metadata']['name']}"
-                    for kind, objects in (
+                    f"{what}/{obj['metadata']['name']}"
+                    for what, objects in (
                         (ref.kind, view.job()),
                         ("Pod", view.pods()),
                         ("PodGroup", view.podgroups()),
                     )
                     for obj in objects
+                    if not _of_another_job(obj, ref)
                 ]
                 if not left:
                     return
@@ -985,6 +1030,80 @@ def _never_starts(ref: JobRef, diagnosis: Diagnosis) -> JobFailedError:
     )
 
 
+async def _outlasting_outages(call: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``call()``, made again while the API server cannot be reached (a restart, 5xx, 429).
+
+    A job's start is a few single requests; without this, each of them failing during an
+    API-server restart failed the whole task, while the waits ride such outages out. An API
+    server that has just restarted also refuses requests (403) until its RBAC caches are
+    filled: ``_FORBIDDEN_TRIES`` refusals in a row are tolerated, as the watches do.
+
+    Raises:
+        KubeAPIError: A non-retryable error, or retryable ones for ``_OUTAGE_PATIENCE_S``.
+    """
+    started, delay, refused = time.monotonic(), 0.5, 0
+    while True:
+        try:
+            return await call()
+        except ForbiddenError:
+            refused += 1
+            if refused >= _FORBIDDEN_TRIES:
+                raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+        except KubeAPIError as exc:
+            refused = 0
+            if not exc.retryable or time.monotonic() - started > _OUTAGE_PATIENCE_S:
+                raise
+            logger.info("the API server cannot be reached (%s); trying again", exc.message)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+def _check_namespace(namespace: str) -> None:
+    problem = namespace_problem(namespace)
+    if problem is not None:
+        raise KubeDLPrefectError(
+            f"KubernetesBackend refused: {problem}",
+            hint="name an existing namespace, as `kubectl get namespaces` lists it",
+        )
+
+
+def _pointer(key: str) -> str:
+    """``key`` as one token of a JSON pointer (RFC 6901: ``~`` and ``/`` escaped)."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _of_another_job(obj: KubeObject, ref: JobRef) -> bool:
+    """Whether ``obj`` is, or is owned by, another job of ``ref``'s name (another uid)."""
+    if not ref.uid:
+        return False
+    metadata = obj.get("metadata") or {}
+    if obj.get("kind") == ref.kind and metadata.get("name") == ref.name:
+        return bool(metadata.get("uid")) and metadata.get("uid") != ref.uid
+    owners = [o for o in metadata.get("ownerReferences") or [] if o.get("kind") == ref.kind]
+    return bool(owners) and all(o.get("uid") != ref.uid for o in owners)
+
+
+async def _replaced(
+    client: KubeClient, kind: ResourceKind, ref: JobRef, refused: ConflictError
+) -> ConflictError:
+    """The error for a cancel whose uid precondition failed: the name is another job's now."""
+    try:
+        current = (await client.get(kind, ref.namespace, ref.name))["metadata"].get("uid", "?")
+    except KubeAPIError:
+        current = "unknown (it could not be read)"
+    return ConflictError(
+        f"cancelling {ref.kind} {ref.namespace}/{ref.name}: the job was replaced: its uid is now "
+        f"{current}, not {ref.uid}, the one the reference names; it was left alone "
+        f"({refused.message})",
+        status=refused.status,
+        reason=refused.reason,
+        hint="the job of this reference is gone already; the job now of that name was created "
+        "by someone else, or by another submission: delete it by name if it must go",
+    )
+
+
 def _gone(ref: JobRef) -> JobCancelledError:
     return JobCancelledError(
         f"{ref.kind} {ref.namespace}/{ref.name} was deleted while being waited on",
@@ -1065,10 +1184,26 @@ def _parse_record(obj: KubeObject) -> RunRecord | None:
 
 
 async def _read_record(client: KubeClient, namespace: str, name: str) -> RunRecord | None:
+    """The record in the ConfigMap ``namespace/name``; ``None`` when there is none.
+
+    Raises:
+        AdoptionRefusedError: A ConfigMap of that name exists without our record label: it is
+            not read (nor ever written) as a record.
+    """
     try:
         obj = await client.get(CONFIG_MAPS, namespace, name)
     except NotFoundError:
         return None
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(LABEL_RECORD) != "true":
+        raise AdoptionRefusedError(
+            f"the ConfigMap {namespace}/{name} is not a run record of kubedl-prefect (it lacks "
+            f"the label {LABEL_RECORD}=true): it is neither read nor written as one",
+            status=409,
+            reason="AlreadyExists",
+            hint="rename or delete that ConfigMap if it is no one's, or run the job under "
+            "another key (or spec name)",
+        )
     return _parse_record(obj)
 
 

@@ -19,6 +19,7 @@ import pytest
 from kubedl_prefect.errors import (
     AdmissionTimeoutError,
     FailureCategory,
+    ForbiddenError,
     JobCancelledError,
     JobFailedError,
     KubeDLPrefectError,
@@ -132,6 +133,91 @@ async def test_two_backends_share_one_session_and_closing_one_keeps_the_others_w
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_wait_that_starts_while_the_api_server_is_away_rides_it_out(
+    make_backend: Callable[..., KubernetesBackend],
+    operator: FakeOperator,
+    fake_api: Any,
+    pool: SessionPool,
+) -> None:
+    # An API-server restart (bench/faults_jobs.py, scenario a): the shared informers are synced
+    # but their watches are broken when a wait starts on a job created just before; reading
+    # that job fails until the API server is back. The wait must not fail for that.
+    backend = make_backend()
+    earlier = asyncio.ensure_future(backend.wait_completed(await backend.submit(spec(), key="e")))
+    await until(lambda: _true(len(pool.informers()) >= 3))
+    jobs_path = "/apis/training.kubedl.io/v1alpha1/namespaces/ml/pytorchjobs"
+    fake_api.fail_next("watch", jobs_path, 503, "ServiceUnavailable", times=None)
+    fake_api.drop_watches()
+    ref = await backend.submit(spec(), key="created-before-the-restart")
+    fake_api.fail_next("get", f"{jobs_path}/{ref.name}", 503, "ServiceUnavailable", times=None)
+    waiting = asyncio.ensure_future(backend.wait_completed(ref))
+    await until(lambda: _true(fake_api.count("get", f"{jobs_path}/{ref.name}") >= 2))
+    assert not waiting.done(), waiting.exception()
+    fake_api.clear_failures()  # the API server is back
+    await operator.run_to(ref)
+    assert (await asyncio.wait_for(waiting, 20)).succeeded
+    earlier.cancel()
+    await asyncio.gather(earlier, return_exceptions=True)
+
+
+async def test_a_wait_that_starts_while_a_restarted_api_server_refuses_rides_it_out(
+    make_backend: Callable[..., KubernetesBackend],
+    operator: FakeOperator,
+    fake_api: Any,
+    pool: SessionPool,
+) -> None:
+    # The full campaign (bench/faults_jobs.py, a: 87 restarts) lost one flow run this way: the
+    # wait's read of its job met the 403s of an API server whose RBAC caches were still filling.
+    backend = make_backend()
+    earlier = asyncio.ensure_future(backend.wait_completed(await backend.submit(spec(), key="e")))
+    await until(lambda: _true(len(pool.informers()) >= 3))
+    jobs_path = "/apis/training.kubedl.io/v1alpha1/namespaces/ml/pytorchjobs"
+    fake_api.fail_next("watch", jobs_path, 503, "ServiceUnavailable", times=None)
+    fake_api.drop_watches()
+    ref = await backend.submit(spec(), key="refused-after-the-restart")
+    fake_api.fail_next("get", f"{jobs_path}/{ref.name}", 403, "Forbidden", times=2)
+    waiting = asyncio.ensure_future(backend.wait_completed(ref))
+    await until(lambda: _true(fake_api.count("get", f"{jobs_path}/{ref.name}") >= 3))
+    assert not waiting.done(), waiting.exception()
+    fake_api.clear_failures()  # the watches come back too
+    await operator.run_to(ref)
+    assert (await asyncio.wait_for(waiting, 20)).succeeded
+    earlier.cancel()
+    await asyncio.gather(earlier, return_exceptions=True)
+
+
+async def test_a_submission_during_an_api_server_restart_is_made_once_it_is_back(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, fake_api: Any
+) -> None:
+    # The record read and the create each fail twice (the API server restarting): the start of
+    # a job rides that out instead of failing its task, and makes one job.
+    backend = make_backend()
+    fake_api.fail_next(
+        "get", "/api/v1/namespaces/ml/configmaps", 503, "ServiceUnavailable", times=2
+    )
+    jobs_path = "/apis/training.kubedl.io/v1alpha1/namespaces/ml/pytorchjobs"
+    fake_api.fail_next("create", jobs_path, 503, "ServiceUnavailable", times=2)
+    assert await backend.history(spec(), key="restart") is None
+    ref = await backend.submit(spec(), key="restart")
+    assert await jobs_in(operator) == [ref.name]
+    assert fake_api.count("create", jobs_path) == 3
+
+
+async def test_refusals_of_a_just_restarted_api_server_are_tried_again_a_few_times(
+    make_backend: Callable[..., KubernetesBackend], operator: FakeOperator, fake_api: Any
+) -> None:
+    # Until its RBAC caches are filled, a restarted API server answers 403 for a moment.
+    backend = make_backend()
+    jobs_path = "/apis/training.kubedl.io/v1alpha1/namespaces/ml/pytorchjobs"
+    fake_api.fail_next("create", jobs_path, 403, "Forbidden", times=2)
+    ref = await backend.submit(spec(), key="warming-up")
+    assert await jobs_in(operator) == [ref.name]
+    fake_api.fail_next("create", jobs_path, 403, "Forbidden", times=None)  # for good
+    with pytest.raises(ForbiddenError):
+        await backend.submit(spec(), key="never-allowed")
+    assert fake_api.count("create", jobs_path) == 3 + 4
 
 
 # -- references and attach -----------------------------------------------------------------
