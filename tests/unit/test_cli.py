@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,8 @@ def test_render_with_the_lifecycle_name_and_namespace() -> None:
     [
         ["render", str(MNIST)],
         ["render", str(MNIST), "-d", "volcano"],
+        ["validate", str(MNIST), "-o", "yaml"],
+        ["import", str(MNIST), "-d", "tf"],
         ["render", str(MNIST), "-d", "kubedl", "--attempt", "2"],
         ["render", str(MNIST), "-d", "kubedl", "--name-key", "k", "--attempt", "100"],
         ["validate"],
@@ -147,8 +150,19 @@ def test_console_script_entry_point() -> None:
 
 
 # Modules `validate` and `render` must not load: the test bed, the Kubernetes client and what it
-# stands on, Prefect.
-HEAVY = ("kubedl_prefect.testbed", "kubernetes_asyncio", "aiohttp", "prefect")
+# stands on, Prefect, MLflow, the layers above the spec, the importer, and asyncio (60 ms).
+HEAVY = (
+    "kubedl_prefect.testbed",
+    "kubedl_prefect.lifecycle",
+    "kubedl_prefect.kube",
+    "kubedl_prefect.prefect",
+    "kubedl_prefect.spec.porting",
+    "kubernetes_asyncio",
+    "aiohttp",
+    "prefect",
+    "mlflow",
+    "asyncio",
+)
 
 _RUN_AND_LIST_MODULES = """
 import atexit, json, sys
@@ -188,6 +202,20 @@ def test_validate_loads_neither_the_test_bed_nor_the_kubernetes_client() -> None
     assert loaded == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["render", "examples/pytorch-mnist.yaml", "-d", "kubedl"],
+        ["validate", "examples/pytorch-mnist.yaml", "-o", "json"],
+        ["--version"],
+    ],
+)
+def test_the_start_up_path_stays_light(args: list[str]) -> None:
+    done, loaded = _loaded_by(*args)
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert loaded == []
+
+
 def test_testbed_commands_load_the_test_bed_when_used() -> None:
     done, loaded = _loaded_by("testbed", "--help")
     assert done.returncode == ExitCode.OK, done.stderr
@@ -222,3 +250,307 @@ def test_a_file_that_is_not_utf8_is_refused_with_its_line_column_and_fix(tmp_pat
     assert result.exit_code == ExitCode.INVALID_SPEC
     assert "line 1, column 10" in result.output
     assert "UTF-8" in result.output
+
+
+# --- Pod Security Standards ---------------------------------------------------------------------
+
+ROOT_SPEC = """\
+name: mnist
+image: busybox:1.36
+replicas:
+  master: 1
+  worker:
+    count: 2
+    podTemplate:
+      spec:
+        securityContext: {runAsUser: 0}
+"""
+
+
+def test_validate_warns_about_what_breaks_restricted(tmp_path: Path) -> None:
+    spec = tmp_path / "root.yaml"
+    spec.write_text(ROOT_SPEC)
+    result = runner.invoke(app, ["validate", str(spec), "--dialect", "kubedl"])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert result.stdout.startswith(f"OK: {spec}: pytorch job 'mnist' is valid")
+    assert result.stderr == (
+        f"warning: {spec}: replicas.worker.podTemplate.spec.securityContext.runAsUser: "
+        "runAsUser: 0 runs the containers as root, which the Restricted Pod Security level "
+        "forbids (line 9) (fix: run as a user other than root, e.g. runAsUser: 1000 with "
+        "runAsNonRoot: true, in an image that allows it)\n"
+    )
+
+
+def test_validate_and_render_refuse_what_breaks_baseline_without_the_opt_in(
+    tmp_path: Path,
+) -> None:
+    spec = tmp_path / "privileged.yaml"
+    spec.write_text(ROOT_SPEC.replace("{runAsUser: 0}", "{runAsUser: 0}\n        hostPID: true"))
+    for args in (["validate", str(spec)], ["render", str(spec), "-d", "kubeflow"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == ExitCode.INVALID_SPEC
+        assert result.stdout == ""
+        assert "replicas.worker.podTemplate.spec.hostPID: hostPID: true" in result.stderr
+        assert "which the Baseline Pod Security level forbids (line 10)" in result.stderr
+        assert "set `podSecurity: privileged`" in result.stderr
+    spec.write_text("podSecurity: privileged\n" + spec.read_text())
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 2
+    assert "hostPID" in lines[0]
+    assert "podSecurity: privileged allows it" in lines[0]
+    assert "runAsUser" in lines[1]
+    assert "Restricted" in lines[1]
+
+
+PRIVILEGED_MANIFEST = """\
+apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: debug, namespace: ml}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      replicas: 1
+      restartPolicy: OnFailure
+      template:
+        spec:
+          hostPID: true
+          containers:
+            - name: pytorch
+              image: pytorch:2.3
+              securityContext:
+                privileged: true
+                runAsUser: 0
+"""
+
+
+def test_import_keeps_what_breaks_baseline_with_the_opt_in_and_says_so(tmp_path: Path) -> None:
+    manifest = tmp_path / "debug.yaml"
+    manifest.write_text(PRIVILEGED_MANIFEST)
+    result = runner.invoke(app, ["import", str(manifest)])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert "\npodSecurity: privileged\n" in result.stdout
+    assert "# The manifest's pods break the Baseline Pod Security level (" in result.stdout
+    warnings = result.stderr.splitlines()
+    assert [line.split(": ")[3] for line in warnings] == [
+        "podTemplate.spec.hostPID",
+        "podTemplate.spec.containers[0].securityContext.privileged",
+        "podTemplate.spec.containers[0].securityContext.runAsUser",
+    ]
+    assert all(line.startswith(f"warning: {manifest}: PyTorchJob 'debug': ") for line in warnings)
+    assert "Baseline" in warnings[0]
+    assert "Restricted" in warnings[2]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(result.stdout.removeprefix("---\n"))
+    rendered = runner.invoke(app, ["render", str(spec), "-d", "kubeflow", "-n", "ml"])
+    assert rendered.exit_code == ExitCode.OK, rendered.stderr
+    pod = yaml.safe_load(rendered.stdout)["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    assert pod["spec"]["hostPID"] is True
+    assert pod["spec"]["containers"][0]["securityContext"] == {"privileged": True, "runAsUser": 0}
+
+
+# --- what a newcomer expects: --version, -, several files, --output json, clean choices ---------
+
+
+def test_version() -> None:
+    from kubedl_prefect import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == ExitCode.OK
+    assert result.stdout == f"kubedl-prefect {__version__}\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["render", str(MNIST)],
+            "Missing option '--dialect' / '-d'. Choose from kubedl, kubeflow.",
+        ),
+        (
+            ["render", str(MNIST), "-d", "kubeflw"],
+            "Invalid value for '--dialect' / '-d': 'kubeflw' is not one of kubedl, kubeflow "
+            "(did you mean kubeflow?)",
+        ),
+        (
+            ["import", str(MNIST), "-d", "volcano"],
+            "'volcano' is not one of auto, kubedl, kubeflow",
+        ),
+        (["validate", str(MNIST), "-o", "xml"], "'xml' is not one of text, json"),
+    ],
+)
+def test_a_missing_or_wrong_choice_is_one_clean_line(args: list[str], message: str) -> None:
+    result = runner.invoke(app, args)
+    assert result.exit_code == ExitCode.USAGE
+    assert message in result.stderr
+    assert "\t" not in result.stderr
+    assert "Value error" not in result.stderr
+    assert "pydantic" not in result.stderr
+
+
+def test_a_choice_is_case_insensitive() -> None:
+    result = runner.invoke(app, ["validate", str(MNIST), "-d", "KubeDL"])
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert result.stdout.endswith("is valid for kubedl\n")
+
+
+def test_standard_input_is_read_for_a_dash() -> None:
+    text = MNIST.read_text()
+    result = runner.invoke(app, ["validate", "-"], input=text)
+    assert result.exit_code == ExitCode.OK, result.stderr
+    assert result.stdout.startswith("OK: <stdin>: pytorch job 'pytorch-mnist' is valid")
+    rendered = runner.invoke(app, ["render", "-", "-d", "kubedl"], input=text)
+    assert rendered.stdout == (REPO / "tests" / "golden" / "kubedl" / MNIST.name).read_text()
+    broken = runner.invoke(app, ["validate", "-"], input="name: [x\n")
+    assert broken.exit_code == ExitCode.INVALID_SPEC
+    assert "in <stdin>" in broken.stderr
+    twice = runner.invoke(app, ["validate", "-", "-"], input=text)
+    assert twice.exit_code == ExitCode.USAGE
+    assert "standard input (-) can be read only once" in twice.stderr
+
+
+def test_standard_input_over_the_limit_is_refused_as_too_large() -> None:
+    from kubedl_prefect.spec.reader import SPEC_LIMITS
+
+    result = runner.invoke(
+        app, ["validate", "-"], input=b"#" + "é".encode() * SPEC_LIMITS.max_bytes
+    )
+    assert result.exit_code == ExitCode.INVALID_SPEC
+    assert "at most" in result.stderr
+    assert "UTF-8" not in result.stderr
+
+
+def test_several_specs_each_get_their_verdict_and_the_worst_exit_code(tmp_path: Path) -> None:
+    invalid = INVALID / "misspelt-field.yaml"
+    result = runner.invoke(app, ["validate", str(MNIST), str(invalid)])
+    assert result.exit_code == ExitCode.INVALID_SPEC
+    assert result.stdout.startswith(f"OK: {MNIST}: pytorch job")
+    assert f"in {invalid}:" in result.stderr
+    missing = tmp_path / "missing.yaml"
+    result = runner.invoke(app, ["validate", str(invalid), str(missing), str(MNIST)])
+    assert result.exit_code == ExitCode.USAGE
+    assert result.stdout.count("OK: ") == 1
+    assert f"error: cannot read {missing}" in result.stderr
+
+
+def test_render_of_several_specs_prints_all_or_nothing() -> None:
+    elastic = REPO / "examples" / "pytorch-elastic.yaml"
+    both = runner.invoke(app, ["render", str(MNIST), str(elastic), "-d", "kubeflow"])
+    assert both.exit_code == ExitCode.OK, both.stderr
+    documents = list(yaml.safe_load_all(both.stdout))
+    assert [d["metadata"]["name"] for d in documents] == ["pytorch-mnist", "pytorch-elastic"]
+    refused = runner.invoke(app, ["render", str(MNIST), str(elastic), "-d", "kubedl"])
+    assert refused.exit_code == ExitCode.INVALID_SPEC
+    assert refused.stdout == ""
+    assert f"in {elastic} (for kubedl)" in refused.stderr
+
+
+def test_render_as_json_is_the_object_or_a_list() -> None:
+    one = runner.invoke(app, ["render", str(MNIST), "-d", "kubedl", "-o", "json"])
+    assert one.exit_code == ExitCode.OK, one.stderr
+    golden = yaml.safe_load((REPO / "tests" / "golden" / "kubedl" / MNIST.name).read_text())
+    assert json.loads(one.stdout) == golden
+    two = runner.invoke(app, ["render", str(MNIST), "-", "-d", "kubedl", "-o", "json"], input="")
+    assert two.exit_code == ExitCode.INVALID_SPEC  # an empty document is no spec
+    two = runner.invoke(
+        app, ["render", str(MNIST), "-", "-d", "kubedl", "-o", "JSON"], input=MNIST.read_text()
+    )
+    listed = json.loads(two.stdout)
+    assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
+    assert listed["items"] == [golden, golden]
+
+
+OUT_OF_ORDER = """\
+replicas:
+  master: 1
+  worker:
+    count: -1
+image: busybox:1.36
+name: Not_A_Name
+"""
+
+
+def test_problems_come_in_the_order_of_the_lines(tmp_path: Path) -> None:
+    spec = tmp_path / "two.yaml"
+    spec.write_text(OUT_OF_ORDER)
+    result = runner.invoke(app, ["validate", str(spec)])
+    assert result.exit_code == ExitCode.INVALID_SPEC
+    problems = [line for line in result.stderr.splitlines() if line.startswith("  - ")]
+    assert [p.split(":")[0] for p in problems] == ["  - replicas.worker.count", "  - name"]
+    as_json = runner.invoke(app, ["validate", str(spec), "-o", "json"])
+    assert as_json.exit_code == ExitCode.INVALID_SPEC
+    report = json.loads(as_json.stdout)
+    assert report["valid"] is False
+    (only,) = report["results"]
+    assert [(p["path"], p["line"]) for p in only["problems"]] == [
+        ("replicas.worker.count", 4),
+        ("name", 6),
+    ]
+    assert as_json.stderr == ""
+
+
+def test_validate_as_json_reports_every_file(tmp_path: Path) -> None:
+    horovod = REPO / "examples" / "mpi-horovod.yaml"
+    missing = tmp_path / "missing.yaml"
+    result = runner.invoke(
+        app, ["validate", str(MNIST), str(horovod), str(missing), "-o", "json", "-d", "kubeflow"]
+    )
+    assert result.exit_code == ExitCode.USAGE
+    report = json.loads(result.stdout)
+    mnist, mpi, gone = report["results"]
+    assert mnist == {
+        "file": str(MNIST),
+        "valid": True,
+        "dialect": "kubeflow",
+        "framework": "pytorch",
+        "name": "pytorch-mnist",
+        "warnings": [],
+        "problems": [],
+        "error": None,
+    }
+    assert mpi["valid"] is True
+    assert [(w["path"], w["level"], w["line"]) for w in mpi["warnings"]] == [
+        ("network.hostNetwork", "Baseline", 24)
+    ]
+    assert gone["valid"] is False
+    assert gone["error"].startswith(f"cannot read {missing}")
+
+
+def test_import_from_standard_input_and_as_json(tmp_path: Path) -> None:
+    manifest = runner.invoke(app, ["render", str(MNIST), "-d", "kubeflow", "-n", "ml"]).stdout
+    result = runner.invoke(app, ["import", "-", "-o", "json"], input=manifest)
+    assert result.exit_code == ExitCode.OK, result.stderr
+    (item,) = json.loads(result.stdout)
+    assert (item["kind"], item["name"], item["namespace"], item["dialect"]) == (
+        "PyTorchJob",
+        "pytorch-mnist",
+        "ml",
+        "kubeflow",
+    )
+    assert item["spec"]["name"] == "pytorch-mnist"
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps(item["spec"]))
+    again = runner.invoke(app, ["render", str(spec), "-d", "kubeflow", "-n", "ml"])
+    assert again.stdout == manifest
+    several = runner.invoke(app, ["import", str(tmp_path / "m.yaml"), "-"], input=manifest)
+    assert several.exit_code == ExitCode.USAGE
+    assert several.stdout == ""
+
+
+def test_the_console_script_turns_pydantic_plugins_off_unless_told(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kubedl_prefect.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["kubedl-prefect", "--version"])
+    for preset, expected in ((None, "__all__"), ("logfire", "logfire")):
+        if preset is None:
+            monkeypatch.delenv("PYDANTIC_DISABLE_PLUGINS", raising=False)
+        else:
+            monkeypatch.setenv("PYDANTIC_DISABLE_PLUGINS", preset)
+        with pytest.raises(SystemExit) as done:
+            main()
+        assert done.value.code == ExitCode.OK
+        assert os.environ["PYDANTIC_DISABLE_PLUGINS"] == expected
+    assert capsys.readouterr().out.startswith("kubedl-prefect ")
