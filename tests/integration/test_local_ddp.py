@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,9 +30,7 @@ from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
 from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
 from kubedl_prefect.spec import TrainingJobSpec, load_spec
 from kubedl_prefect.spec.handoff import with_handoff
-from tests.support.mlflow_server import MlflowServer, mlflow_server
-
-__all__ = ["mlflow_server"]
+from tests.support.mlflow_server import MlflowServer
 
 pytestmark = pytest.mark.integration
 
@@ -192,6 +191,70 @@ def test_a_replica_killed_with_sigkill_mid_run_is_retried_and_the_epochs_continu
     import torch
 
     (checkpoints,) = (workspace / "checkpoints").iterdir()
-    saved = torch.load(checkpoints / "checkpoint.pt", weights_only=False)
+    saved = torch.load(checkpoints / "checkpoint.pt", weights_only=True)  # tensors and plain data
     assert [point["epoch"] for point in saved["history"]] == list(range(6))
     assert sys.modules.get("kubedl_prefect_examples") is None  # only the replicas ran it
+
+
+def test_the_rendezvous_of_a_local_job_listens_on_the_loopback_interface_only(
+    torch_installed: None, workspace: Path, tmp_path: Path
+) -> None:
+    # TCPStore's server binds every interface (::) unless handed a bound socket; gloo's pairs
+    # bind what the host name resolves to unless GLOO_SOCKET_IFNAME says otherwise.
+    spec = example(epochs=3, pause_s=2.0)
+    backend = backend_for(workspace, tmp_path)
+
+    async def run() -> dict[int, set[tuple[str, int]]]:
+        ref = await backend.submit(spec, key="loopback")
+        state_file = workspace / "jobs" / ref.name / "state.json"
+        log = workspace / "jobs" / ref.name / "logs" / "master-0.log"
+        listening: dict[int, set[tuple[str, int]]] = {}
+        deadline = time.monotonic() + 240
+        while "epoch 0 done" not in (log.read_text(errors="replace") if log.exists() else ""):
+            assert time.monotonic() < deadline, "the job did not reach epoch 0"
+            await asyncio.sleep(0.2)
+        state = json.loads(state_file.read_text())
+        for replica in state["replicas"]:
+            process = psutil.Process(replica["process"]["pid"])
+            for connection in process.net_connections("inet"):
+                if connection.status == psutil.CONN_LISTEN:
+                    address = (connection.laddr.ip, connection.laddr.port)
+                    listening.setdefault(replica["process"]["pid"], set()).add(address)
+        outcome = await backend.wait_completed(ref)
+        assert outcome.succeeded, outcome.diagnosis
+        return listening
+
+    listening = asyncio.run(run())
+    addresses = {address for found in listening.values() for address in found}
+    ports = {port for _, port in addresses}
+    assert len(listening) == 2  # both replicas listen (gloo), the master for the store too
+    assert addresses, "no listening socket was seen"
+    assert {ip for ip, _ in addresses} <= {"127.0.0.1", "::1"}, addresses
+    assert len(ports) >= 3  # the store's port and a gloo port per replica
+
+
+def test_a_crafted_checkpoint_is_refused_instead_of_run(
+    tmp_path: Path, torch_installed: None
+) -> None:
+    # A checkpoint is data: loading one must not run code of whoever could write the folder.
+    ran = tmp_path / "ran"
+    crafted = textwrap.dedent(
+        f"""
+        import os, torch
+
+        class Payload:
+            def __reduce__(self):
+                return (os.system, ("touch {ran}",))
+
+        torch.save({{"epoch": 0, "model": Payload()}}, {str(tmp_path / "checkpoint.pt")!r})
+        """
+    )
+    subprocess.run([sys.executable, "-c", crafted], check=True)
+    load = (
+        "from pathlib import Path; from kubedl_prefect_examples.ddp_train import load_checkpoint; "
+        f"load_checkpoint(Path({str(tmp_path)!r}))"
+    )
+    done = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True)
+    assert not ran.exists(), "loading the checkpoint ran its code"
+    assert done.returncode != 0
+    assert "refusing to load" in done.stderr

@@ -23,13 +23,6 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from prefect.settings import (
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
-from prefect.testing.utilities import prefect_test_harness
 
 from kubedl_prefect.errors import LocalServerError
 from kubedl_prefect.serving.local import (
@@ -38,9 +31,9 @@ from kubedl_prefect.serving.local import (
     serve_locally,
 )
 from tests.integration.test_local_ddp import torch_installed
-from tests.support.mlflow_server import MlflowServer, mlflow_server
+from tests.support.mlflow_server import MlflowServer
 
-__all__ = ["mlflow_server", "torch_installed"]
+__all__ = ["torch_installed"]
 
 pytestmark = pytest.mark.integration
 
@@ -155,22 +148,6 @@ def test_a_version_that_does_not_exist_fails_with_the_servers_log_and_leaves_not
     assert after <= before
 
 
-@pytest.fixture
-def prefect_api(tmp_path: Path) -> Iterator[None]:
-    home = tmp_path / "prefect-home"
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
-
-
 def processes_of_workspace(workspace: Path) -> list[psutil.Process]:
     """The supervisors and replicas the workspace's jobs recorded that still run."""
     found = []
@@ -194,7 +171,7 @@ def test_the_demo_chain_trains_registers_gates_serves_and_predicts_in_one_flow_r
     torch_installed: None,
     server_environment: Path,
     mlflow_server: MlflowServer,
-    prefect_api: None,
+    prefect_server: dict[str, str],
     tmp_path: Path,
 ) -> None:
     sys.path.insert(0, str(REPO))

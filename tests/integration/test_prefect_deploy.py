@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,6 @@ import pytest
 import yaml
 from prefect.client.orchestration import get_client
 from prefect.flows import load_flow_from_entrypoint
-from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
-from prefect.testing.utilities import prefect_test_harness
 from prefect.utilities.templating import apply_values
 
 from kubedl_prefect.kube.client import KubeClient
@@ -108,34 +105,27 @@ def test_the_deployments_name_existing_flows_and_their_parameters(
     assert (ROOT / nightly["parameters"]["spec"]).exists()
 
 
-def test_prefect_deploy_creates_the_nightly_deployment_with_its_schedule(tmp_path: Path) -> None:
-    home = tmp_path / "prefect-home"
-    with (
-        temporary_settings(updates={PREFECT_HOME: str(home)}),
-        prefect_test_harness(server_startup_timeout=120),
+def test_prefect_deploy_creates_the_nightly_deployment_with_its_schedule(
+    prefect_server: dict[str, str],
+) -> None:
+    # A newcomer's environment: the server, and no PYTHONPATH of the tests'.
+    env = {k: v for k, v in prefect_server.items() if k != "PYTHONPATH"}
+    env["KUBEDL_PREFECT_PROJECT_DIR"] = str(ROOT)
+    # The commands of the tutorial (docs/tutorial.md), as a newcomer types them.
+    for command in (
+        ["prefect", "work-pool", "create", "local", "--type", "process"],
+        ["prefect", "--no-prompt", "deploy", "--prefect-file", str(PREFECT_YAML), *NIGHTLY],
     ):
-        env = {
-            **os.environ,
-            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-            "PREFECT_HOME": str(home),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "KUBEDL_PREFECT_PROJECT_DIR": str(ROOT),
-        }
-        # The commands of the tutorial (docs/tutorial.md), as a newcomer types them.
-        for command in (
-            ["prefect", "work-pool", "create", "local", "--type", "process"],
-            ["prefect", "--no-prompt", "deploy", "--prefect-file", str(PREFECT_YAML), *NIGHTLY],
-        ):
-            done = subprocess.run(
-                command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
-            )
-            assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+        done = subprocess.run(
+            command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
-        async def read() -> Any:
-            async with get_client() as client:
-                return await client.read_deployment_by_name("retrain/nightly")
+    async def read() -> Any:
+        async with get_client() as client:
+            return await client.read_deployment_by_name("retrain/nightly")
 
-        deployment = asyncio.run(read())
+    deployment = asyncio.run(read())
     assert deployment.entrypoint == "flows/training.py:retrain"
     assert deployment.work_pool_name == "local"
     assert [(s.schedule.cron, s.schedule.timezone, s.active) for s in deployment.schedules] == [

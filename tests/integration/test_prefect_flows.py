@@ -1,10 +1,10 @@
 """The Prefect surface against a real Prefect server and the real test bed.
 
-One Prefect test server (``prefect_test_harness``, ``PREFECT_HOME`` in a temporary directory) for
-the module; every test gets a fresh namespace and runs as the least-privilege ServiceAccount of
-deploy/rbac.yaml. What a flow run leaves behind — events, artifacts, log lines, states — is read
-back through the Prefect API, never from in-process state. Pods are driven by the test bed's kwok
-stages (annotations) and print what ``pod_log`` writes.
+The session's Prefect test server (``prefect_server`` of tests/support, ``PREFECT_HOME`` in a
+temporary directory); every test gets a fresh namespace and runs as the least-privilege
+ServiceAccount of deploy/rbac.yaml. What a flow run leaves behind — events, artifacts, log
+lines, states — is read back through the Prefect API, never from in-process state. Pods are
+driven by the test bed's kwok stages (annotations) and print what ``pod_log`` writes.
 """
 
 from __future__ import annotations
@@ -38,15 +38,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
-from prefect.settings import (
-    PREFECT_API_URL,
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
 from prefect.states import Cancelling, Scheduled
-from prefect.testing.utilities import prefect_test_harness
 from prefect.transactions import transaction
 from pydantic import SecretStr
 
@@ -91,31 +83,6 @@ def collect_prefects_leaked_connections() -> Iterator[None]:
     """
     yield
     gc.collect()
-
-
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A real Prefect server for the module; yields the environment subprocesses need."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        env = {
-            **os.environ,
-            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-            "PREFECT_HOME": str(home),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-            "PYTHONPATH": str(ROOT),
-        }
-        yield env
 
 
 @pytest.fixture

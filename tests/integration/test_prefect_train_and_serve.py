@@ -1,7 +1,7 @@
 """The ``train-and-serve`` flow against real Prefect and MLflow servers and the test bed.
 
-One Prefect test server (``prefect_test_harness``, ``PREFECT_HOME`` in a temporary directory) and
-one MLflow tracking server (``mlflow_server``: SQLite, loopback) for the module; every test gets
+The session's Prefect test server and MLflow tracking server (tests/support: ``prefect_server``,
+``mlflow_server``: SQLite, loopback); every test gets
 a fresh namespace and runs as a ServiceAccount with deploy/rbac.yaml's rules plus the
 InferenceService rule of docs/serving.md. The training pods run no code on the test bed (kwok):
 the test plays rank 0 before the flow runs, logging the model into the logical job's MLflow run
@@ -30,13 +30,6 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.client.schemas.objects import State
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
-from prefect.settings import (
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
-from prefect.testing.utilities import prefect_test_harness
 
 from flows.train_and_serve import TrainAndServeResult, service_name, train_and_serve
 from kubedl_prefect.kube.credentials import KubeconfigFile
@@ -54,7 +47,7 @@ from kubedl_prefect.spec import TrainingJobSpec, loads_spec, spec_to_data
 from kubedl_prefect.spec.handoff import with_handoff
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.test_serving_rollout import UNSUPPORTED, serving_rules, short_namespace
-from tests.support.mlflow_server import MlflowServer, mlflow_server
+from tests.support.mlflow_server import MlflowServer
 from tests.support.training import job_environment, train_and_log
 
 pytestmark = [
@@ -67,7 +60,6 @@ pytestmark = [
     ),
 ]
 
-__all__ = ["mlflow_server"]
 
 STAGE = "testbed.kubedl-prefect.io"
 
@@ -77,23 +69,6 @@ def collect_prefects_leaked_connections() -> Iterator[None]:
     """Collect the connections Prefect leaks (see ``pytestmark``) while this test's filter holds."""
     yield
     gc.collect()
-
-
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """A real Prefect server for the module."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
 
 
 @pytest.fixture
@@ -194,7 +169,7 @@ class Chain:
 
 @pytest.fixture
 async def chain(
-    prefect_server: None, mlflow_server: MlflowServer, kubeconfig: Path, namespace: str
+    prefect_server: dict[str, str], mlflow_server: MlflowServer, kubeconfig: Path, namespace: str
 ) -> Chain:
     """A fresh model and experiment, with its cluster and registry blocks saved on the server."""
     made = Chain(mlflow_server, kubeconfig, namespace)

@@ -40,12 +40,11 @@ from kubedl_prefect.spec import TrainingJobSpec, parse_spec
 from kubedl_prefect.spec.handoff import RUN_ID_ENV, TRACKING_URI_ENV, with_handoff
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.test_serving_rollout import UNSUPPORTED, serving_rules, short_namespace
-from tests.support.mlflow_server import MlflowServer, mlflow_server
+from tests.support.mlflow_server import MlflowServer
 from tests.support.training import train_and_log
 
 pytestmark = pytest.mark.integration
 
-__all__ = ["mlflow_server"]
 
 POLICY = GatePolicy("accuracy", min_improvement=0.01)
 

@@ -20,13 +20,6 @@ import yaml
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-from prefect.settings import (
-    PREFECT_HOME,
-    PREFECT_LOCAL_STORAGE_PATH,
-    PREFECT_SERVER_ANALYTICS_ENABLED,
-    temporary_settings,
-)
-from prefect.testing.utilities import prefect_test_harness
 
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.prefect import (
@@ -84,22 +77,6 @@ def collect_prefects_leaked_connections() -> Iterator[None]:
     gc.collect()
 
 
-@pytest.fixture(scope="module")
-def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    home = tmp_path_factory.mktemp("prefect-home")
-    with (
-        temporary_settings(
-            updates={
-                PREFECT_HOME: str(home),
-                PREFECT_LOCAL_STORAGE_PATH: str(home / "storage"),
-                PREFECT_SERVER_ANALYTICS_ENABLED: False,
-            }
-        ),
-        prefect_test_harness(server_startup_timeout=120),
-    ):
-        yield
-
-
 @pytest.fixture
 def kubernetes_cluster(
     namespace: str, service_account_kubeconfig: Callable[..., Path]
@@ -130,7 +107,7 @@ def flow_logs(flow_run_id: object, needles: list[str], timeout_s: float = 30.0) 
 
 
 def test_the_same_flow_trains_on_this_machine_and_on_the_test_bed_with_only_the_block_changed(
-    prefect_server: None, kubernetes_cluster: KubernetesCluster, tmp_path: Path
+    prefect_server: dict[str, str], kubernetes_cluster: KubernetesCluster, tmp_path: Path
 ) -> None:
     local = LocalCluster(workspace=str(tmp_path / "ws"), working_dir=str(tmp_path), cpus=2)
     runs = {}
@@ -157,7 +134,7 @@ def test_the_same_flow_trains_on_this_machine_and_on_the_test_bed_with_only_the_
 
 
 def test_saved_cluster_blocks_of_either_kind_load_by_name(
-    prefect_server: None, kubernetes_cluster: KubernetesCluster, tmp_path: Path
+    prefect_server: dict[str, str], kubernetes_cluster: KubernetesCluster, tmp_path: Path
 ) -> None:
     LocalCluster(workspace=str(tmp_path), max_processes=2).save("laptop", overwrite=True)
     kubernetes_cluster.save("bed", overwrite=True)
