@@ -794,6 +794,7 @@ async def _running(client: Any, flow_run_id: Any, timeout_s: float = 120.0) -> N
 async def scenario_c(c: Campaign, count: int) -> dict[str, Any]:
     """Cancel ``count`` deployment flow runs at random moments; check what they leave."""
     from prefect.client.orchestration import get_client
+    from prefect.client.schemas.responses import SetStateStatus
     from prefect.states import Cancelling
 
     namespace, block, cluster = await c.namespace("c")
@@ -839,8 +840,17 @@ async def scenario_c(c: Campaign, count: int) -> dict[str, Any]:
                     cycles.append(row)
                     return
                 phase = (await cluster.phases([key]))[key]
+                # As the UI and `prefect flow-run cancel` do: not forced, so the server refuses to
+                # turn a run that ended meanwhile into Cancelling (a forced Cancelling over a
+                # finished run leaves it Cancelling for ever: no process is left to cancel).
+                answer = await client.set_flow_run_state(run.id, Cancelling())
+                if answer.status == SetStateStatus.ABORT:
+                    pending -= 1
+                    row["ended_before_cancel"] = state_of(await client.read_flow_run(run.id))
+                    row["cancel_refused"] = True
+                    cycles.append(row)
+                    return
                 row["phase"] = f"{state_of(now).lower()}/{phase}"
-                await client.set_flow_run_state(run.id, Cancelling(), force=True)
                 cancelled = time.monotonic()
                 cancels += 1
                 pending -= 1
@@ -854,6 +864,14 @@ async def scenario_c(c: Campaign, count: int) -> dict[str, Any]:
                         row["clean_s"] = elapsed
                     if state in FINAL and "final_s" not in row:
                         row["final_s"] = elapsed
+                    if state == "COMPLETED":
+                        # The flow finished before the cancel reached it: its job is a result,
+                        # not an orphan, if it succeeded in the cluster.
+                        row["completed_despite_cancel"] = await cluster.terminal_phase(
+                            key, await cluster.objects(cluster.jobs_kind)
+                        )
+                        left = [] if row["completed_despite_cancel"] == "Succeeded" else left
+                        break
                     if (not left and state in FINAL) or elapsed >= CANCEL_CHECK_S:
                         break
                     await asyncio.sleep(1.0)
@@ -879,7 +897,11 @@ async def scenario_c(c: Campaign, count: int) -> dict[str, Any]:
                     c.notes.append(f"c: a cycle failed: {task.exception()!r}")
         wall = time.monotonic() - began
         await asyncio.sleep(5)  # then look once more at every key: nothing may come back
-        late = {r["key"]: await cluster.leftovers(r["key"]) for r in cycles if "phase" in r}
+        late = {
+            r["key"]: await cluster.leftovers(r["key"])
+            for r in cycles
+            if "phase" in r and "completed_despite_cancel" not in r
+        }
     await cluster.stop_polling()
     await cluster.record_uids()
     cancelled_rows = [r for r in cycles if "phase" in r]
@@ -893,6 +915,10 @@ async def scenario_c(c: Campaign, count: int) -> dict[str, Any]:
         "namespace": namespace,
         "faults_injected": len(cancelled_rows),
         "ended_before_the_cancel": len(cycles) - len(cancelled_rows),
+        "cancels_refused_as_final": sum(1 for r in cycles if r.get("cancel_refused")),
+        "completed_before_the_cancel_took_effect": sum(
+            1 for r in cancelled_rows if "completed_despite_cancel" in r
+        ),
         "cancels_by_phase": dict(Counter(r["phase"] for r in cancelled_rows)),
         "final_states": dict(Counter(r["state_after_30s"] for r in cancelled_rows)),
         "duplicates": sum(cluster.duplicates(keys).values()),

@@ -37,6 +37,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
 from prefect.states import Cancelling, Scheduled
 from prefect.transactions import transaction
@@ -578,8 +579,10 @@ def run_deployment(
 
 
 async def cancel_flow_run(flow_run_id: UUID) -> None:
+    """Cancel as the UI and `prefect flow-run cancel` do: not forced, refused once final."""
     async with get_client() as client:
-        await client.set_flow_run_state(flow_run_id, Cancelling(), force=True)
+        answer = await client.set_flow_run_state(flow_run_id, Cancelling())
+    assert answer.status == SetStateStatus.ACCEPT, answer.details
 
 
 async def test_a_failed_later_step_rolls_back_the_job_in_a_transaction(
