@@ -14,8 +14,9 @@ The model chain (register, gate, resolve, serve) has its blocks in
 :mod:`~kubedl_prefect.prefect.registry_tasks` and :mod:`~kubedl_prefect.prefect.serving_tasks`.
 
 Names are loaded on first use. The blocks register with a Prefect server through the
-``prefect.collections`` entry point (:mod:`kubedl_prefect.prefect.blocks`) or with
-``prefect block register -m kubedl_prefect.prefect.blocks``. See ``docs/prefect.md``.
+``prefect.collections`` entry point (:mod:`kubedl_prefect.prefect.collection`, which imports
+every block type) or with ``prefect block register -m kubedl_prefect.prefect.collection``. See
+``docs/prefect.md``.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ file read where the flow runs), the cluster, the operator dialect, the retry pol
 timeouts. :meth:`TrainingJob.trigger` returns a :class:`~kubedl_prefect.prefect.runs.TrainingJobRun`
 whose reference is plain data, so another process re-attaches to the same job.
 
-All three register with a Prefect server through the ``prefect.collections`` entry point (a
-self-hosted server registers them at start-up) or with
-``prefect block register -m kubedl_prefect.prefect.blocks`` (Prefect Cloud, or a running server).
+They register with a Prefect server, with the model chain's blocks, through
+:mod:`kubedl_prefect.prefect.collection`: the ``prefect.collections`` entry point (a self-hosted
+server registers them at start-up) or ``prefect block register -m
+kubedl_prefect.prefect.collection`` (Prefect Cloud, or a running server).
 """
 
 from __future__ import annotations
@@ -879,8 +880,3 @@ async def ablock_from(value: _Block | str, kind: type[_Block], what: str) -> _Bl
 def as_training_job(job: TrainingJob | str) -> TrainingJob:
     """A training job block from itself or from the name it was saved under."""
     return block_from(job, TrainingJob, "a training job block")
-
-
-# The model chain's blocks (MLflow registry, KServe serving) register through this module too:
-# the prefect.collections entry point and `prefect block register -m` import only this one.
-from kubedl_prefect.prefect import model_blocks as _model_blocks  # noqa: E402, F401

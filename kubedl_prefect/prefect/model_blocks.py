@@ -6,9 +6,9 @@ encrypted, shown as ``********``) and where the artifact store is for KServe.
 :class:`KServeServing` says where and how a model version is served: the cluster, the
 namespace, the runtime, the resources, the replicas and the time limits.
 
-Both register with a Prefect server through the same ``prefect.collections`` entry point as the
-training blocks (:mod:`kubedl_prefect.prefect.blocks` imports this module), or with
-``prefect block register -m kubedl_prefect.prefect.blocks``. Neither imports MLflow or the
+Both register with a Prefect server with the training blocks, through
+:mod:`kubedl_prefect.prefect.collection` (the ``prefect.collections`` entry point, or
+``prefect block register -m kubedl_prefect.prefect.collection``). Neither imports MLflow or the
 Kubernetes client when it is loaded: Prefect imports the blocks at the start of every command.
 """
 
@@ -21,7 +21,6 @@ from prefect.blocks.core import Block
 from pydantic import ConfigDict, Field, HttpUrl, SecretStr, model_validator
 
 from kubedl_prefect.errors import has_user_info
-from kubedl_prefect.prefect import blocks as _blocks
 from kubedl_prefect.prefect.blocks import (
     DOCUMENTATION_URL,
     LOGO_URL,
@@ -371,10 +370,3 @@ def as_serving_block(serving: KServeServing | str) -> KServeServing:
 async def aserving_block(serving: KServeServing | str) -> KServeServing:
     """Async :func:`as_serving_block` (loads a saved block without blocking the loop)."""
     return await ablock_from(serving, KServeServing, "a KServe serving block")
-
-
-# ``prefect block register -m kubedl_prefect.prefect.blocks`` registers the blocks that module
-# holds, and the prefect.collections entry point imports only that module (which imports this
-# one): the model chain's blocks are put there too.
-for _block in (MlflowRegistry, KServeServing):
-    setattr(_blocks, _block.__name__, _block)

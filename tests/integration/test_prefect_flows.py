@@ -667,7 +667,7 @@ def test_prefect_block_register_registers_both_block_types(
             "block",
             "register",
             "-m",
-            "kubedl_prefect.prefect.blocks",
+            "kubedl_prefect.prefect.collection",
         ],
         env=prefect_server,
         capture_output=True,
@@ -683,4 +683,10 @@ def test_prefect_block_register_registers_both_block_types(
         async with get_client() as client:
             return {t.slug for t in await client.read_block_types()}
 
-    assert {"kubedl-kubernetes-cluster", "kubedl-training-job"} <= asyncio.run(slugs())
+    assert {
+        "kubedl-kubernetes-cluster",
+        "kubedl-local-cluster",
+        "kubedl-training-job",
+        "kubedl-mlflow-registry",
+        "kubedl-kserve-serving",
+    } <= asyncio.run(slugs())
