@@ -40,7 +40,7 @@ from typer._click.exceptions import MissingParameter
 from typer.core import TyperGroup
 
 from kubedl_prefect import __version__
-from kubedl_prefect.errors import KubeDLPrefectError, SpecError, SpecIssue
+from kubedl_prefect.errors import KubeDLPrefectError, MissingExtraError, SpecError, SpecIssue
 
 if TYPE_CHECKING:
     from typer._click import Command, Context
@@ -998,7 +998,12 @@ class LazyTestbedGroup(TyperGroup):
 
     def _load(self) -> None:
         if not self.commands:
-            from kubedl_prefect.testbed.cli import app as testbed_app
+            try:
+                from kubedl_prefect.testbed.cli import app as testbed_app
+            except MissingExtraError as exc:
+                # Without the extra `testbed`: its message and hint, as the group's errors are.
+                typer.echo(f"error: {exc}", err=True)
+                raise typer.Exit(1) from exc
 
             self.commands.update(typer.main.get_group(testbed_app).commands)
 

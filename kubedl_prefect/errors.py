@@ -56,6 +56,7 @@ No error shows credentials of a URL: every message and hint goes through :func:`
 
 from __future__ import annotations
 
+import importlib.util
 import pickle
 import re
 from collections.abc import Mapping, Sequence
@@ -699,3 +700,41 @@ class LocalServerError(ServingError):
     def __init__(self, message: str, *, log_tail: str = "", hint: str | None = None):
         super().__init__(message, hint=hint)
         self.log_tail = log_tail
+
+
+class MissingExtraError(KubeDLPrefectError, ImportError):
+    """A part of kubedl-prefect needs packages of one of its extras, and they are not installed.
+
+    Also an :class:`ImportError`, which it stands for.
+
+    Attributes:
+        extra: The extra that brings them (``pip install 'kubedl-prefect[<extra>]'``).
+        missing: The top-level modules that could not be found.
+    """
+
+    def __init__(self, feature: str, *, extra: str, missing: Sequence[str]):
+        super().__init__(
+            f"{feature} needs {', '.join(missing)}, which is not installed",
+            hint=f"install the extra {extra!r}: pip install 'kubedl-prefect[{extra}]' "
+            f"(in a checkout of kubedl-prefect: uv sync --extra {extra})",
+        )
+        self.extra = extra
+        self.missing = tuple(missing)
+
+
+def require_extra(feature: str, extra: str, *modules: str) -> None:
+    """Raise :class:`MissingExtraError` unless every top-level module in ``modules`` can be found.
+
+    Nothing is imported: the check only looks the modules up.
+
+    Example:
+        >>> require_extra("the JSON codec", "none", "json")
+        >>> try:
+        ...     require_extra("the test bed", "testbed", "no_such_module_here")
+        ... except MissingExtraError as exc:
+        ...     print(exc.message, exc.extra, isinstance(exc, ImportError))
+        the test bed needs no_such_module_here, which is not installed testbed True
+    """
+    missing = [module for module in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        raise MissingExtraError(feature, extra=extra, missing=missing)

@@ -1,12 +1,20 @@
 """The local Kubernetes test bed: a real control plane on loopback with simulated GPU nodes.
 
 ``Testbed(name).up()`` returns an administrator kubeconfig; see :mod:`.testbed` and
-docs/testbed.md. Importing this package is cheap: the runner is loaded on first use.
+docs/testbed.md. Importing this package is cheap: the runner is loaded on first use. Its
+dependencies are those of the extra ``testbed`` (``pip install 'kubedl-prefect[testbed]'``);
+without them, importing it raises :class:`~kubedl_prefect.errors.MissingExtraError`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+
+from kubedl_prefect.errors import require_extra
+
+# The test bed's own dependencies come with the extra `testbed` (pyproject.toml): every module of
+# the package says so, as a MissingExtraError, instead of failing on an import deep inside.
+require_extra("the test bed (kubedl_prefect.testbed)", "testbed", "cryptography")
 
 if TYPE_CHECKING:
     from kubedl_prefect.testbed.testbed import Testbed, TestbedStatus
