@@ -213,7 +213,7 @@ class Cluster:
     async def record_uids(self) -> None:
         """Add the uids of every attempt in the run records (a job deleted since included)."""
         from kubedl_prefect.kube.resources import CONFIG_MAPS
-        from kubedl_prefect.lifecycle.kubernetes import LABEL_RECORD, _parse_record
+        from kubedl_prefect.lifecycle.kubernetes.backend import LABEL_RECORD, _parse_record
 
         for obj in await self.objects(CONFIG_MAPS):
             if (obj["metadata"].get("labels") or {}).get(LABEL_RECORD) != "true":

@@ -608,8 +608,8 @@ def d_round(
     ``pause_s``: how long it stays down before it is started again (its start-up comes on top).
     """
     from kubedl_prefect.kube.resources import PODS
-    from kubedl_prefect.lifecycle.dialects import job_kind
     from kubedl_prefect.lifecycle.kubernetes import LABEL_KEY_HASH
+    from kubedl_prefect.lifecycle.kubernetes.dialects import job_kind
     from kubedl_prefect.spec import key_hash
 
     jobs_kind = job_kind("training.kubedl.io/v1alpha1", "PyTorchJob")

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.credentials import Credentials, InCluster, KubeconfigFile, connect
+from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.kube.watch import Informer, WatchHub, WatchSettings
 
 _SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -39,6 +42,35 @@ def default_credentials() -> Credentials:
     if os.environ.get("KUBERNETES_SERVICE_HOST") and _SERVICE_ACCOUNT_TOKEN.exists():
         return InCluster()
     return KubeconfigFile()
+
+
+def resolve_credentials(
+    owner: str,
+    credentials: Credentials | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> Credentials:
+    """The credentials a handle was given: ``credentials``, or a kubeconfig, or the default.
+
+    Args:
+        owner: Who asks (``KubernetesBackend``), for the error.
+        credentials: Explicit credentials.
+        kubeconfig: Shorthand for ``KubeconfigFile(kubeconfig, context)``.
+        context: The kubeconfig context to use.
+
+    Raises:
+        KubeDLPrefectError: Both ``credentials`` and ``kubeconfig``/``context`` were given.
+    """
+    if credentials is not None and (kubeconfig is not None or context is not None):
+        raise KubeDLPrefectError(
+            f"{owner} got both credentials and kubeconfig/context",
+            hint="pass credentials=KubeconfigFile(path, context) alone",
+        )
+    if credentials is not None:
+        return credentials
+    if kubeconfig is not None or context is not None:
+        return KubeconfigFile(kubeconfig, context)
+    return default_credentials()
 
 
 @dataclass(eq=False)
@@ -146,3 +178,66 @@ def session_pool() -> SessionPool:
     if _POOL is None:
         _POOL = SessionPool()
     return _POOL
+
+
+class SessionHandle:
+    """One holder's share of the session of a cluster identity: acquired on first use, released.
+
+    The one owner of session handles for the backends and deployers built on a cluster identity:
+    each of them holds one handle. Its methods hop to the
+    :class:`~kubedl_prefect.kube.runtime.KubeRuntime` loop, so they may be awaited from any loop.
+
+    Args:
+        credentials: How to reach the cluster.
+        pool: The session pool to share (the process's one by default).
+        before_release: Awaited on the runtime loop before the session is released (a holder's
+            writes still in flight).
+    """
+
+    def __init__(
+        self,
+        credentials: Credentials,
+        pool: SessionPool | None = None,
+        *,
+        before_release: Callable[[], Awaitable[None]] | None = None,
+    ):
+        self.credentials = credentials
+        self._pool = pool
+        self._before_release = before_release
+        self._session: KubeSession | None = None
+        self._opening: asyncio.Task[KubeSession] | None = None
+
+    async def session(self) -> KubeSession:
+        """The shared session of this identity, acquired on first use."""
+        return await KubeRuntime.get().run(self.acquire())
+
+    async def acquire(self) -> KubeSession:
+        """:meth:`session`, called on the runtime loop."""
+        if self._session is not None and not self._session.closed:
+            return self._session
+        if self._opening is None:
+            pool = self._pool or session_pool()
+            self._opening = asyncio.get_running_loop().create_task(pool.acquire(self.credentials))
+        opening = self._opening
+        try:
+            session = await asyncio.shield(opening)
+        finally:
+            if opening.done():
+                self._opening = None
+        self._session = session
+        return session
+
+    async def close(self) -> None:
+        """Release this handle's share of the session (other holders' waits go on).
+
+        The handle can still be used afterwards: it acquires the session again.
+        """
+
+        async def _close() -> None:
+            if self._before_release is not None:
+                await self._before_release()
+            session, self._session = self._session, None
+            if session is not None:
+                await (self._pool or session_pool()).release(session)
+
+        await KubeRuntime.get().run(_close())

@@ -1,38 +1,100 @@
-"""Whether a job's replicas were admitted together, and if not, why. Pure functions.
+"""Whether a job was admitted, and if not why: the vocabulary every backend reports in.
 
-Gang admission differs by operator: KubeDL with Volcano makes PodGroups labelled
-``kubedl.io/gang-job-name`` (one per job, or one per role when its DAG scheduling is on) and
-creates the pods at once, letting the scheduler hold them;
-Kubeflow makes one PodGroup named like the job and creates pods only once it is ``Inqueue``; a
-job without gang scheduling has only its pods. In every case the job is admitted when each of its
-replicas has been bound to a node. What holds it back otherwise — the blocker, the object it
-names, and whether waiting can help — is found by :mod:`.blockers` from the operator's events,
-the PodGroups' and pods' scheduling state, and the cluster objects the job refers to.
+:class:`AdmissionBlocker` names the causes (a stable contract), :class:`Blocker` is one cause
+decided (permanent or not), and :class:`AdmissionState` is what a wait reports. Each backend
+decides them its own way: the Kubernetes backend from the cluster
+(:mod:`kubedl_prefect.lifecycle.kubernetes.admission` and
+:mod:`kubedl_prefect.lifecycle.kubernetes.blockers`), the local backend from the machine
+(:mod:`kubedl_prefect.lifecycle.local.capacity`). Pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 
-from kubedl_prefect.errors import Diagnosis
-from kubedl_prefect.kube.resources import KubeObject
-from kubedl_prefect.lifecycle.blockers import (
-    AdmissionBlocker,
-    Blocker,
-    ClusterFacts,
-    classify_reason,
-    find_blocker,
-    replica_templates,
-)
+from kubedl_prefect.errors import Diagnosis, FailureCategory
 
 __all__ = [
+    "GENERIC_BLOCKERS",
     "AdmissionBlocker",
     "AdmissionState",
-    "admission_state",
-    "classify_reason",
-    "expected_replicas",
+    "Blocker",
 ]
+
+
+class AdmissionBlocker(StrEnum):
+    """Why a job is not admitted yet: a stable contract (values are never renamed or removed).
+
+    The categories a wait may decide are permanent are also :class:`FailureCategory` values, the
+    category of the failure it then reports.
+    """
+
+    INSUFFICIENT_GPU = "InsufficientGPU"
+    INSUFFICIENT_RESOURCES = "InsufficientResources"
+    UNBOUND_PVC = "UnboundPVC"
+    UNTOLERATED_TAINT = "UntoleratedTaint"
+    QUOTA = "QuotaExceeded"
+    NOT_CREATED = "PodsNotCreated"
+    WAITING = "Waiting"
+    OPERATOR_NOT_RUNNING = "OperatorNotRunning"
+    QUEUE_NOT_FOUND = "QueueNotFound"
+    QUEUE_CLOSED = "QueueClosed"
+    QUEUE_CAPABILITY = "QueueCapabilityExceeded"
+    PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+    NO_MATCHING_NODE = "NoMatchingNode"
+    PVC_NOT_FOUND = "PVCNotFound"
+    LIMIT_RANGE = "LimitRangeViolated"
+    POD_REFUSED = "PodRefused"
+    OPERATOR_NOT_INSTALLED = "OperatorNotInstalled"
+
+
+GENERIC_BLOCKERS = frozenset({AdmissionBlocker.WAITING, AdmissionBlocker.NOT_CREATED})
+"""Blockers that name no cause (yet): a later, vaguer observation never replaces a specific one."""
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """What holds a job back, and whether it ever stops doing so.
+
+    Args:
+        category: The cause.
+        message: One line that says it, naming the object.
+        hint: What to do about it.
+        subject: The object it names (``Queue gpu-team``, ``PersistentVolumeClaim ml/data``).
+        permanent: Whether waiting cannot help (the wait fails the job at once).
+        recheck_in_s: In how many seconds the verdict may change by time alone (the operator
+            grace running out), even if nothing in the cluster changes.
+
+    Example:
+        >>> b = Blocker(AdmissionBlocker.QUEUE_NOT_FOUND, 'Volcano Queue "gpu" does not exist',
+        ...             "create it", subject="Queue gpu", permanent=True)
+        >>> b.diagnosis().summary()
+        'QueueNotFound: Volcano Queue "gpu" does not exist'
+    """
+
+    category: AdmissionBlocker
+    message: str
+    hint: str
+    subject: str = ""
+    permanent: bool = False
+    recheck_in_s: float | None = None
+
+    def diagnosis(self) -> Diagnosis:
+        """The failure this blocker makes of the job (meant for permanent ones)."""
+        try:
+            category = FailureCategory(self.category.value)
+        except ValueError:
+            category = FailureCategory.UNKNOWN
+        return Diagnosis(
+            category=category,
+            retryable=False,
+            replica=None,
+            exit_code=None,
+            message=self.message,
+            hint=self.hint,
+            subject=self.subject or None,
+        )
 
 
 @dataclass(frozen=True)
@@ -75,67 +137,3 @@ class AdmissionState:
         return Blocker(
             self.blocker, self.reason, self.hint, subject=self.subject, permanent=True
         ).diagnosis()
-
-
-def expected_replicas(job: KubeObject) -> int:
-    """How many pods the job asks for in total (over every ``*ReplicaSpecs`` role)."""
-    return sum(count for _, count, _ in replica_templates(job))
-
-
-def _is_scheduled(pod: KubeObject) -> bool:
-    if (pod.get("spec") or {}).get("nodeName"):
-        return True
-    for condition in (pod.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
-            return True
-    return False
-
-
-def admission_state(
-    job: KubeObject,
-    *,
-    pods: Sequence[KubeObject],
-    podgroups: Sequence[KubeObject] = (),
-    events: Sequence[KubeObject] = (),
-    facts: ClusterFacts | None = None,
-    now: float | None = None,
-) -> AdmissionState:
-    """Decide whether ``job`` is admitted, from its pods, PodGroups and related events.
-
-    Args:
-        job: The training job object.
-        pods: The job's pods (any phase).
-        podgroups: The job's Volcano PodGroups, if it is gang-scheduled.
-        events: Events about the job, its pods and PodGroups.
-        facts: Cluster objects the job refers to (see :func:`.blockers.fact_request`); without
-            them only the operators' and schedulers' words are read.
-        now: The current time (Unix seconds) for verdicts that depend on it (no operator has
-            acted on the job within a grace period); without it, none does.
-
-    Example:
-        >>> job = {"spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 1}}}}
-        >>> pod = {"metadata": {"name": "p"}, "spec": {}, "status": {"conditions": [
-        ...     {"type": "PodScheduled", "status": "False",
-        ...      "message": "0/2 nodes are available: 2 Insufficient nvidia.com/gpu."}]}}
-        >>> state = admission_state(job, pods=[pod])
-        >>> state.blocker, state.permanent
-        (<AdmissionBlocker.INSUFFICIENT_GPU: 'InsufficientGPU'>, False)
-    """
-    expected = expected_replicas(job)
-    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    scheduled = sum(1 for p in live if _is_scheduled(p))
-    if expected and scheduled >= expected:
-        return AdmissionState(True, scheduled=scheduled, expected=expected, pods=len(live))
-    found = find_blocker(job, pods=live, podgroups=podgroups, events=events, facts=facts, now=now)
-    return AdmissionState(
-        False,
-        found.category,
-        found.message,
-        scheduled,
-        expected,
-        subject=found.subject,
-        hint=found.hint,
-        permanent=found.permanent,
-        pods=len(live),
-        recheck_in_s=found.recheck_in_s,
-    )

@@ -4,15 +4,12 @@
   reporting each change once;
 - :class:`ReasonKeeper` keeps the most specific reason a job waits for, so that a vaguer message
   seen later (an event that expired, a PodGroup condition rewritten) does not replace it;
-- :class:`Deadline` waits for the next watch event or raises the phase's timeout, on the
-  monotonic clock;
 - the active deadline (``activeDeadlineSeconds``), which some operator versions never enforce;
 - the timeout errors of each phase, with the last reason seen and a hint.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import time
 from collections.abc import Callable
@@ -26,10 +23,8 @@ from kubedl_prefect.errors import (
     WaitTimeoutError,
 )
 from kubedl_prefect.kube.resources import KubeObject
-from kubedl_prefect.kube.watch import EventQueue, next_event
-from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState
+from kubedl_prefect.lifecycle.admission import GENERIC_BLOCKERS, AdmissionBlocker, AdmissionState
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, WaitTimeouts
-from kubedl_prefect.lifecycle.blockers import GENERIC_BLOCKERS
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, FailureCategory
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 
@@ -101,28 +96,6 @@ class ReasonKeeper:
             return replace(kept, recheck_in_s=admission.recheck_in_s)
         self._kept = None
         return admission
-
-
-class Deadline:
-    """A deadline on the monotonic clock; ``None`` waits for ever."""
-
-    def __init__(self, timeout_s: float | None):
-        self.timeout_s = timeout_s
-        self.at = None if timeout_s is None else time.monotonic() + timeout_s
-
-    async def wait(self, queue: EventQueue, error: Exception) -> None:
-        """Wait for the next event; raise ``error`` if the deadline passes first."""
-        if self.at is None:
-            await next_event(queue)
-            return
-        left = self.at - time.monotonic()
-        if left <= 0:
-            raise error
-        try:
-            async with asyncio.timeout(left):
-                await next_event(queue)
-        except TimeoutError:
-            raise error from None
 
 
 ACTIVE_DEADLINE_GRACE_S = 15.0

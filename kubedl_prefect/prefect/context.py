@@ -1,6 +1,6 @@
 """The Prefect run a training job belongs to, captured once and carried to callback threads.
 
-Phase and log callbacks run on threads of their own (see :mod:`kubedl_prefect.lifecycle.delivery`)
+Phase and log callbacks run on threads of their own (see :mod:`kubedl_prefect.kube.delivery`)
 where Prefect's context variables — the flow run, the task run, the settings a test harness or a
 profile set — are not visible. :class:`RunContext` captures them where a task or flow calls us,
 and :meth:`RunContext.bind` runs a callback inside a copy of that context, so events, artifacts

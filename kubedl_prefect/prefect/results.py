@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kubedl_prefect.errors import Diagnosis
 from kubedl_prefect.lifecycle.backend import JobOutcome, JobRef, PhaseUpdate
-from kubedl_prefect.lifecycle.dialects import JobObjects, job_kind
+from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.records import RunRecord
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import Dialect

@@ -17,7 +17,7 @@
    :class:`~kubedl_prefect.errors.InferenceServiceNotReadyError` with the reason.
 
 Each step is reported to ``on_event`` as an :class:`~.events.InferenceServiceEvent`, on a
-thread of its own (:mod:`kubedl_prefect.lifecycle.delivery`).
+thread of its own (:mod:`kubedl_prefect.kube.delivery`).
 
 All Kubernetes I/O runs on the process-wide :class:`~kubedl_prefect.kube.runtime.KubeRuntime`
 loop; :class:`SyncInferenceServiceDeployer` gives the same methods to sync code.
@@ -42,20 +42,19 @@ from kubedl_prefect.errors import (
 )
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.credentials import Credentials
+from kubedl_prefect.kube.deadline import Deadline
+from kubedl_prefect.kube.delivery import delivered
+from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.resources import INFERENCE_SERVICES, PODS, KubeObject
 from kubedl_prefect.kube.runtime import KubeRuntime
-from kubedl_prefect.kube.session import KubeSession, SessionPool
+from kubedl_prefect.kube.session import KubeSession, SessionHandle, SessionPool, resolve_credentials
 from kubedl_prefect.kube.watch import EventQueue, next_event
-from kubedl_prefect.lifecycle.delivery import delivered
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
-from kubedl_prefect.lifecycle.waiting import Deadline
+from kubedl_prefect.lifecycle.backend import namespace_problem
 from kubedl_prefect.serving import events
 from kubedl_prefect.serving.events import InferenceServiceEvent, ServingCallback
 from kubedl_prefect.serving.readiness import Applied, Readiness, ServingState, readiness
 from kubedl_prefect.serving.render import (
     ISVC_POD_LABEL,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
     render_inference_service,
 )
 from kubedl_prefect.serving.spec import InferenceServiceSpec
@@ -198,16 +197,16 @@ class InferenceServiceDeployer:
         pool: SessionPool | None = None,
         field_manager: str = FIELD_MANAGER,
     ):
+        resolved = resolve_credentials("InferenceServiceDeployer", credentials, kubeconfig, context)
+        problem = namespace_problem(namespace)
+        if problem is not None:
+            raise KubeDLPrefectError(
+                f"InferenceServiceDeployer refused: {problem}",
+                hint="name an existing namespace, as `kubectl get namespaces` lists it",
+            )
         self.namespace = namespace
         self.field_manager = field_manager
-        # The training backend is the one owner of session handles; it is used here for that.
-        self._sessions = KubernetesBackend(
-            namespace=namespace,
-            credentials=credentials,
-            kubeconfig=kubeconfig,
-            context=context,
-            pool=pool,
-        )
+        self._sessions = SessionHandle(resolved, pool)
 
     def __repr__(self) -> str:
         return f"InferenceServiceDeployer(namespace={self.namespace!r})"

@@ -26,6 +26,7 @@ import re
 from dataclasses import replace
 from typing import Final
 
+from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.resources import INFERENCE_SERVICES, KubeObject
 from kubedl_prefect.serving.spec import Canary, InferenceServiceSpec
 from kubedl_prefect.spec.types import GPU_RESOURCE
@@ -38,8 +39,6 @@ ISVC_POD_LABEL: Final = "serving.kserve.io/inferenceservice"
 KSERVE_CONTAINER: Final = "kserve-container"
 """The name KServe gives the model server's container."""
 
-LABEL_MANAGED_BY: Final = "app.kubernetes.io/managed-by"
-MANAGED_BY: Final = "kubedl-prefect"
 LABEL_MODEL: Final = "kubedl-prefect.io/model"
 LABEL_MODEL_VERSION: Final = "kubedl-prefect.io/model-version"
 LABEL_TRAINING_JOB: Final = "kubedl-prefect.io/training-job"

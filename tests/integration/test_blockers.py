@@ -40,11 +40,10 @@ from kubedl_prefect.kube.resources import (
     ResourceKind,
 )
 from kubedl_prefect.kube.runtime import KubeRuntime
-from kubedl_prefect.lifecycle import blockers
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker
 from kubedl_prefect.lifecycle.backend import JobOutcome, JobRef, PhaseUpdate, WaitTimeouts
-from kubedl_prefect.lifecycle.facts import RESOURCE_QUOTAS
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, operators
+from kubedl_prefect.lifecycle.kubernetes.facts import RESOURCE_QUOTAS
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import TrainingJobSpec, loads_spec
 from kubedl_prefect.testbed.testbed import Testbed
@@ -346,7 +345,7 @@ async def test_an_unbound_claim_is_waited_for_reported_and_cleaned_up_at_the_tim
 async def test_a_job_no_operator_acts_on_names_the_controller_and_is_cleaned_up(
     kubeflow: KubernetesBackend, admin: KubeClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(blockers, "OPERATOR_GRACE_S", 2.0)
+    monkeypatch.setattr(operators, "OPERATOR_GRACE_S", 2.0)
     spec = gang_spec("unattended", "gang: {scheduler: volcano}\n")
     manifest = kubeflow.manifest(spec, key="unattended")
     manifest["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
@@ -378,7 +377,7 @@ async def test_a_job_of_a_stopped_operator_names_it_and_is_cleaned_up(
     testbed: Testbed,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(blockers, "OPERATOR_GRACE_S", 2.0)
+    monkeypatch.setattr(operators, "OPERATOR_GRACE_S", 2.0)
     spec = gang_spec("no-operator")
     await asyncio.to_thread(testbed.stop, "kubedl-operator")
     try:

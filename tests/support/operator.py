@@ -13,7 +13,7 @@ from typing import Any
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import PODS
 from kubedl_prefect.lifecycle.backend import JobRef
-from kubedl_prefect.lifecycle.dialects import job_kind
+from kubedl_prefect.lifecycle.kubernetes.dialects import job_kind
 
 
 def now() -> str:

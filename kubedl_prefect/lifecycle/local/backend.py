@@ -51,6 +51,7 @@ from kubedl_prefect.errors import (
     KubeDLPrefectError,
     WaitTimeoutError,
 )
+from kubedl_prefect.kube.delivery import delivered
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
@@ -60,7 +61,6 @@ from kubedl_prefect.lifecycle.backend import (
     PhaseCallback,
     WaitTimeouts,
 )
-from kubedl_prefect.lifecycle.delivery import delivered
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis
 from kubedl_prefect.lifecycle.local.capacity import LocalCapacity, admit, gpu_ids, machine_capacity
 from kubedl_prefect.lifecycle.local.contract import (

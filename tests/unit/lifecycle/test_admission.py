@@ -1,11 +1,8 @@
 import pytest
 
-from kubedl_prefect.lifecycle.admission import (
-    AdmissionBlocker,
-    admission_state,
-    classify_reason,
-    expected_replicas,
-)
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker
+from kubedl_prefect.lifecycle.kubernetes.admission import admission_state, expected_replicas
+from kubedl_prefect.lifecycle.kubernetes.scheduler import classify_reason
 
 JOB = {
     "metadata": {"name": "j"},

@@ -18,21 +18,16 @@ import pytest
 from kubedl_prefect.errors import FailureCategory
 from kubedl_prefect.kube.resources import ResourceKind
 from kubedl_prefect.lifecycle import admission as admission_module
-from kubedl_prefect.lifecycle import blockers as blockers_module
-from kubedl_prefect.lifecycle.admission import AdmissionState, admission_state
-from kubedl_prefect.lifecycle.blockers import (
-    OPERATOR_GRACE_S,
-    AdmissionBlocker,
-    Blocker,
-    ClusterFacts,
-    blocking_taints,
-    fact_request,
-    find_blocker,
-    node_matches,
-    operator_not_installed,
-    placements,
-    tolerates,
-)
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState, Blocker
+from kubedl_prefect.lifecycle.kubernetes import admission as kube_admission_module
+from kubedl_prefect.lifecycle.kubernetes import operators as operators_module
+from kubedl_prefect.lifecycle.kubernetes import scheduler as scheduler_module
+from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
+from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request, find_blocker
+from kubedl_prefect.lifecycle.kubernetes.cluster import ClusterFacts
+from kubedl_prefect.lifecycle.kubernetes.demand import placements
+from kubedl_prefect.lifecycle.kubernetes.operators import OPERATOR_GRACE_S, operator_not_installed
+from kubedl_prefect.lifecycle.kubernetes.taints import blocking_taints, node_matches, tolerates
 from kubedl_prefect.lifecycle.waiting import ReasonKeeper, admission_timeout
 
 FIXTURES = Path(__file__).parent / "blockers"
@@ -524,7 +519,9 @@ def test_an_admission_timeout_carries_the_blocker_and_its_object() -> None:
     assert error.hint == state.hint
 
 
-@pytest.mark.parametrize("module", [blockers_module, admission_module])
+@pytest.mark.parametrize(
+    "module", [admission_module, kube_admission_module, scheduler_module, operators_module]
+)
 def test_docstring_examples(module: Any) -> None:
     result = doctest.testmod(module, raise_on_error=False)
     assert result.attempted > 0

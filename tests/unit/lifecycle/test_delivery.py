@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from kubedl_prefect.lifecycle.delivery import CallbackThread, delivered
+from kubedl_prefect.kube.delivery import CallbackThread, delivered
 
 
 async def test_calls_run_in_order_on_another_thread_and_are_all_done_on_exit() -> None:

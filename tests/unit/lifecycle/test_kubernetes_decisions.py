@@ -31,10 +31,10 @@ from kubedl_prefect.kube.credentials import connect
 from kubedl_prefect.kube.resources import CONFIG_MAPS, EVENTS, VOLCANO_PODGROUPS, ResourceKind
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.kube.session import SessionPool
-from kubedl_prefect.lifecycle import blockers, waiting
+from kubedl_prefect.lifecycle import waiting
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, SyncBackend, WaitTimeouts
-from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, operators
 from kubedl_prefect.lifecycle.records import record_name
 from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
 from kubedl_prefect.lifecycle.run import attach
@@ -716,7 +716,7 @@ async def test_a_forbidden_read_is_said_instead_of_failing_the_wait(
 async def test_a_job_no_operator_acts_on_is_reported_with_the_operator_to_check(
     make_backend: Callable[..., KubernetesBackend], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(blockers, "OPERATOR_GRACE_S", 0.5)
+    monkeypatch.setattr(operators, "OPERATOR_GRACE_S", 0.5)
     backend = make_backend()
     ref = await backend.submit(spec(), key="no-operator")
     seen: list[PhaseUpdate] = []

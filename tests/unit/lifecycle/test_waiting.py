@@ -9,12 +9,12 @@ import time
 import pytest
 
 from kubedl_prefect.errors import AdmissionTimeoutError, FailureCategory
+from kubedl_prefect.kube.deadline import Deadline
 from kubedl_prefect.kube.watch import EventQueue, WatchEvent
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, ReplicaCounts
 from kubedl_prefect.lifecycle.waiting import (
     ACTIVE_DEADLINE_GRACE_S,
-    Deadline,
     PhaseTracker,
     past_active_deadline,
     seconds_until_overdue,

@@ -22,9 +22,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from kubedl_prefect.lifecycle.blockers import fact_request
-from kubedl_prefect.lifecycle.dialects import JobObjects
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
+from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects
 from kubedl_prefect.spec import Dialect, loads_spec
 
 HERE = Path(__file__).parent

@@ -48,7 +48,8 @@ from kubedl_prefect.kube.resources import (
     KubeObject,
     ResourceKind,
 )
-from kubedl_prefect.lifecycle.blockers import ClusterFacts, FactRequest, operator_not_installed
+from kubedl_prefect.lifecycle.kubernetes.cluster import ClusterFacts, FactRequest
+from kubedl_prefect.lifecycle.kubernetes.operators import operator_not_installed
 from kubedl_prefect.spec import Dialect, Framework, job_resource
 
 logger = logging.getLogger(__name__)

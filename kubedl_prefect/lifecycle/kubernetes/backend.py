@@ -46,7 +46,10 @@ from kubedl_prefect.errors import (
     WaitTimeoutError,
 )
 from kubedl_prefect.kube.client import KubeClient
-from kubedl_prefect.kube.credentials import Credentials, KubeconfigFile
+from kubedl_prefect.kube.credentials import Credentials
+from kubedl_prefect.kube.deadline import Deadline
+from kubedl_prefect.kube.delivery import delivered
+from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
 from kubedl_prefect.kube.resources import (
     CONFIG_MAPS,
@@ -57,9 +60,9 @@ from kubedl_prefect.kube.resources import (
     ResourceKind,
 )
 from kubedl_prefect.kube.runtime import KubeRuntime
-from kubedl_prefect.kube.session import KubeSession, SessionPool, default_credentials, session_pool
+from kubedl_prefect.kube.session import KubeSession, SessionHandle, SessionPool, resolve_credentials
 from kubedl_prefect.kube.watch import EventQueue, next_event
-from kubedl_prefect.lifecycle.admission import AdmissionState, admission_state
+from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
     JobRef,
@@ -71,11 +74,11 @@ from kubedl_prefect.lifecycle.backend import (
     checkpoint_location,
     namespace_problem,
 )
-from kubedl_prefect.lifecycle.blockers import fact_request
-from kubedl_prefect.lifecycle.delivery import delivered
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
-from kubedl_prefect.lifecycle.dialects import JobObjects, job_kind
-from kubedl_prefect.lifecycle.facts import FactReader, operator_missing
+from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
+from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
+from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
+from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
 from kubedl_prefect.lifecycle.records import (
     AttemptRecord,
     RunRecord,
@@ -87,7 +90,6 @@ from kubedl_prefect.lifecycle.records import (
 from kubedl_prefect.lifecycle.replicas import ReplicaState, replica_states
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
 from kubedl_prefect.lifecycle.waiting import (
-    Deadline,
     PhaseTracker,
     ReasonKeeper,
     admission_timeout,
@@ -113,8 +115,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "kubedl-prefect"
 LABEL_KEY_HASH = "kubedl-prefect.io/key-hash"
 LABEL_ATTEMPT = "kubedl-prefect.io/attempt"
 LABEL_RECORD = "kubedl-prefect.io/run-record"
@@ -167,26 +167,14 @@ class KubernetesBackend:
         pool: SessionPool | None = None,
         labels: Mapping[str, str] | None = None,
     ):
-        if credentials is not None and (kubeconfig is not None or context is not None):
-            raise KubeDLPrefectError(
-                "KubernetesBackend got both credentials and kubeconfig/context",
-                hint="pass credentials=KubeconfigFile(path, context) alone",
-            )
+        resolved = resolve_credentials("KubernetesBackend", credentials, kubeconfig, context)
         _check_namespace(namespace)
-        if credentials is None:
-            credentials = (
-                KubeconfigFile(kubeconfig, context)
-                if kubeconfig is not None or context is not None
-                else default_credentials()
-            )
         self.namespace = namespace
         self.dialect = Dialect(dialect)
-        self.credentials = credentials
+        self.credentials = resolved
         self.labels = dict(labels or {})
-        self._pool = pool
-        self._session: KubeSession | None = None
-        self._opening: asyncio.Task[KubeSession] | None = None
         self._writing: set[asyncio.Task[None]] = set()
+        self._handle = SessionHandle(self.credentials, pool, before_release=self._flush_records)
 
     def __repr__(self) -> str:
         return (
@@ -199,26 +187,14 @@ class KubernetesBackend:
 
     async def session(self) -> KubeSession:
         """The shared session of this backend's cluster identity, acquired on first use."""
-        return await self._on_runtime(self._get_session())
+        return await self._handle.session()
 
     async def client(self) -> KubeClient:
         """The shared client of this backend's cluster identity."""
         return (await self.session()).client
 
     async def _get_session(self) -> KubeSession:
-        if self._session is not None and not self._session.closed:
-            return self._session
-        if self._opening is None:
-            pool = self._pool or session_pool()
-            self._opening = asyncio.get_running_loop().create_task(pool.acquire(self.credentials))
-        opening = self._opening
-        try:
-            session = await asyncio.shield(opening)
-        finally:
-            if opening.done():
-                self._opening = None
-        self._session = session
-        return session
+        return await self._handle.acquire()
 
     async def _get_client(self) -> KubeClient:
         return (await self._get_session()).client
@@ -228,14 +204,7 @@ class KubernetesBackend:
 
         The backend can still be used afterwards: it acquires the session again.
         """
-
-        async def _close() -> None:
-            await self._flush_records()
-            session, self._session = self._session, None
-            if session is not None:
-                await (self._pool or session_pool()).release(session)
-
-        await self._on_runtime(_close())
+        await self._handle.close()
 
     # -- submit or adopt -------------------------------------------------------------------
 
