@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kubedl_prefect.errors import KubeConnectionError, NotFoundError, ServerError
+from kubedl_prefect.errors import ForbiddenError, KubeConnectionError, NotFoundError, ServerError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import KubeObject
 
@@ -93,6 +93,8 @@ class LogFollower:
         on_line: Called for every new line, in order within a container.
         reconnect_delay_s: Pause before resuming a broken stream.
         grace_s: How long a terminated container's stream may run on for its last lines.
+        forbidden_retries: Refusals (403) in a row tolerated before a stream fails: an API
+            server that has just restarted refuses requests until its RBAC caches are filled.
     """
 
     def __init__(
@@ -102,7 +104,9 @@ class LogFollower:
         *,
         reconnect_delay_s: float = 0.5,
         grace_s: float = 2.0,
+        forbidden_retries: int = 5,
     ):
+        self._forbidden_retries = forbidden_retries
         self._client = client
         self._grace = grace_s
         self._closing: set[tuple[str, str]] = set()
@@ -170,6 +174,7 @@ class LogFollower:
 
     async def _follow(self, uid: str, container: str) -> None:
         position = _Position()
+        refused = 0
         while True:
             metadata = self._pods[uid]["metadata"]
             ended_cleanly = False
@@ -184,10 +189,18 @@ class LogFollower:
                     if position.accept(timestamp):
                         self._on_line(ContainerLogLine(self._pods[uid], container, timestamp, text))
                 ended_cleanly = True
+                refused = 0
             except NotFoundError:
                 return  # the pod is gone; a re-created pod has a new uid and its own stream
+            except ForbiddenError:
+                # An API server that has just restarted refuses requests until its RBAC caches
+                # are filled: a few refusals in a row are tolerated, as the shared watches do.
+                refused += 1
+                if refused > self._forbidden_retries:
+                    raise
+                await asyncio.sleep(min(self._delay * 2 ** (refused - 1), 5.0))
             except (KubeConnectionError, ServerError):
-                pass
+                refused = 0
             # A follow ends cleanly when the container exits; until the pod's status says so
             # (it may lag), resume: lines already delivered are skipped.
             if ended_cleanly and _terminated(self._pods[uid], container):

@@ -6,7 +6,9 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from kubedl_prefect.errors import KubeConnectionError
+import pytest
+
+from kubedl_prefect.errors import ForbiddenError, KubeConnectionError
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
 
 
@@ -75,3 +77,39 @@ async def test_recreated_pod_is_followed_from_its_first_line() -> None:
         ("u2", "new pod"),
     ]
     assert client.since == [None, None]
+
+
+def forbidden() -> ForbiddenError:
+    return ForbiddenError(
+        'pods "job-worker-0" is forbidden: cannot get resource "pods/log"', status=403
+    )
+
+
+async def test_a_restarted_servers_rbac_warm_up_does_not_stop_the_logs() -> None:
+    # Seen in the fault campaign: right after an API-server restart, log follows were refused
+    # (403) until the server's RBAC caches were filled, and the replica's logs stopped for good.
+    a = "2026-11-30T10:00:01.100000000Z"
+    b = "2026-11-30T10:00:03.000000000Z"
+    client = ScriptedLogs(
+        [
+            [f"{a} before", KubeConnectionError("reset")],
+            [forbidden()],
+            [forbidden()],
+            [f"{b} after"],
+        ]
+    )
+    lines: list[ContainerLogLine] = []
+    follower = LogFollower(client, lines.append, reconnect_delay_s=0)  # type: ignore[arg-type]
+    follower.update(pod("u1"))
+    await asyncio.sleep(0.05)
+    follower.update(pod("u1", terminated=True))
+    await asyncio.wait_for(follower.wait(), 5)
+    assert [line.text for line in lines] == ["before", "after"]
+
+
+async def test_a_lasting_refusal_still_fails_the_logs() -> None:
+    client = ScriptedLogs([[forbidden()] for _ in range(20)])
+    follower = LogFollower(client, [].append, reconnect_delay_s=0)  # type: ignore[arg-type]
+    follower.update(pod("u1"))
+    with pytest.raises(ForbiddenError):
+        await asyncio.wait_for(follower.wait(), 5)
