@@ -23,7 +23,7 @@ from kubedl_prefect.kube.client import is_dns1123_label, is_dns1123_subdomain, s
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis
-from kubedl_prefect.lifecycle.records import RunRecord
+from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.spec import TrainingJobSpec
 
@@ -234,6 +234,57 @@ def reference_problem(ref: JobRef) -> str | None:
     if not isinstance(ref.attempt, int) or isinstance(ref.attempt, bool) or ref.attempt < 1:
         return f"the attempt {_shown(ref.attempt)} is not an attempt number (1 or more)"
     return None
+
+
+def check_backend_of(ref: JobRef, backend: str) -> None:
+    """Refuse a reference that another backend made: the check both backends start attaching with.
+
+    Raises:
+        KubeDLPrefectError: ``ref`` is of another backend, with the backend to attach it with.
+
+    Example:
+        >>> ref = JobRef(
+        ...     backend="local", cluster="", dialect="kubeflow", namespace="/tmp/workspace",
+        ...     name="mnist-a1", uid="u1", api_version="kubeflow.org/v1", kind="PyTorchJob",
+        ...     key="nightly", attempt=1, spec_hash="",
+        ... )
+        >>> check_backend_of(ref, "local")
+        >>> check_backend_of(ref, "kubernetes")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        kubedl_prefect.errors.KubeDLPrefectError: job reference mnist-a1 is of the ...
+          hint: attach it with a local backend
+    """
+    if ref.backend != backend:
+        raise KubeDLPrefectError(
+            f"job reference {ref.name} is of the {ref.backend!r} backend, not {backend!r}",
+            hint=f"attach it with a {ref.backend} backend",
+        )
+
+
+def attempt_started(ref: JobRef) -> AttemptRecord:
+    """The run record's entry of ``ref``'s attempt as submitted: no end seen yet."""
+    return AttemptRecord(attempt=ref.attempt, name=ref.name, uid=ref.uid, ref=ref.to_dict())
+
+
+def attempt_ended(ref: JobRef, status: JobStatus, diagnosis: Diagnosis | None) -> AttemptRecord:
+    """The run record's entry of ``ref``'s attempt once its end (``status``) was seen.
+
+    Both backends record an attempt's end with this one constructor, so a record written on one
+    machine reads the same as one written on the other.
+    """
+    return AttemptRecord(
+        attempt=ref.attempt,
+        name=ref.name,
+        uid=ref.uid,
+        phase=str(status.phase),
+        reason=status.reason,
+        message=status.message,
+        start_time=status.start_time,
+        completion_time=status.completion_time,
+        diagnosis=diagnosis,
+        ref=ref.to_dict(),
+    )
 
 
 def _whole_number(value: Any, what: str) -> int:

@@ -71,6 +71,9 @@ from kubedl_prefect.lifecycle.backend import (
     PhaseCallback,
     PhaseUpdate,
     WaitTimeouts,
+    attempt_ended,
+    attempt_started,
+    check_backend_of,
     checkpoint_location,
     namespace_problem,
 )
@@ -275,7 +278,7 @@ class KubernetesBackend:
                 client,
                 ref,
                 spec.name,
-                AttemptRecord(attempt=attempt, name=ref.name, uid=ref.uid, ref=ref.to_dict()),
+                attempt_started(ref),
             )
         return ref
 
@@ -446,7 +449,7 @@ class KubernetesBackend:
             client,
             ref,
             record_name_of(ref.name).rsplit("-", 1)[0],
-            _end_entry(ref, status, diagnosis),
+            attempt_ended(ref, status, diagnosis),
         )
 
     # -- attaching -------------------------------------------------------------------------
@@ -484,11 +487,7 @@ class KubernetesBackend:
         return await self._on_runtime(find())
 
     def _check_reference(self, ref: JobRef, client: KubeClient) -> None:
-        if ref.backend != self.name:
-            raise KubeDLPrefectError(
-                f"job reference {ref.name} is of the {ref.backend!r} backend, not {self.name!r}",
-                hint=f"attach it with a {ref.backend} backend",
-            )
+        check_backend_of(ref, self.name)
         if ref.cluster and ref.cluster.rstrip("/") != client.server.rstrip("/"):
             raise KubeDLPrefectError(
                 f"job reference {ref.namespace}/{ref.name} is of the cluster {ref.cluster}, but "
@@ -1092,21 +1091,6 @@ def _other_spec(namespace: str, record: RunRecord, wanted_hash: str) -> Adoption
 def attempt_data_key(attempt: int) -> str:
     """The record's data key of one attempt."""
     return f"attempt-{attempt}"
-
-
-def _end_entry(ref: JobRef, status: JobStatus, diagnosis: Diagnosis | None) -> AttemptRecord:
-    return AttemptRecord(
-        attempt=ref.attempt,
-        name=ref.name,
-        uid=ref.uid,
-        phase=str(status.phase),
-        reason=status.reason,
-        message=status.message,
-        start_time=status.start_time,
-        completion_time=status.completion_time,
-        diagnosis=diagnosis,
-        ref=ref.to_dict(),
-    )
 
 
 def record_object(name: str, ref: JobRef, spec_name: str, data: dict[str, str]) -> KubeObject:

@@ -60,6 +60,9 @@ from kubedl_prefect.lifecycle.backend import (
     LogLine,
     PhaseCallback,
     WaitTimeouts,
+    attempt_ended,
+    attempt_started,
+    check_backend_of,
 )
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis
 from kubedl_prefect.lifecycle.local.capacity import LocalCapacity, admit, gpu_ids, machine_capacity
@@ -279,9 +282,7 @@ class LocalBackend:
             document = self._start(spec, key, attempt, name, wanted, decision)
         ref = self._ref_of(document)
         if not dry_run:
-            self._record(
-                ref, spec.name, AttemptRecord(attempt, ref.name, ref.uid, ref=ref.to_dict())
-            )
+            self._record(ref, spec.name, attempt_started(ref))
         return ref
 
     def _document(
@@ -453,29 +454,14 @@ class LocalBackend:
         self._record(
             ref,
             record_name_of(ref.name).rsplit("-", 1)[0],
-            AttemptRecord(
-                attempt=ref.attempt,
-                name=ref.name,
-                uid=ref.uid,
-                phase=str(status.phase),
-                reason=status.reason,
-                message=status.message,
-                start_time=status.start_time,
-                completion_time=status.completion_time,
-                diagnosis=diagnosis,
-                ref=ref.to_dict(),
-            ),
+            attempt_ended(ref, status, diagnosis),
         )
 
     # -- attaching -------------------------------------------------------------------------
 
     def _check_reference(self, ref: JobRef) -> None:
         """Refuse a reference of another backend or machine, or one that leaves its workspace."""
-        if ref.backend != self.name:
-            raise KubeDLPrefectError(
-                f"job reference {ref.name} is of the {ref.backend!r} backend, not {self.name!r}",
-                hint=f"attach it with a {ref.backend} backend",
-            )
+        check_backend_of(ref, self.name)
         if ref.cluster and ref.cluster != self.cluster:
             raise KubeDLPrefectError(
                 f"job reference {ref.name} is of the machine {ref.cluster}, but this backend runs "
