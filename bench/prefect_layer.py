@@ -127,7 +127,7 @@ def run_scenario(scenario: Scenario, server_url: str, namespace: str) -> dict[st
     calls: dict[str, reporting.PrefectCalls] = {}
     seen_end: dict[str, float] = {}
     task_run_of: dict[str, Any] = {}
-    original_rtc = runs.run_to_completion
+    original_rtc = runs.arun_to_completion
     original_finished = reporting.JobReporter.finished
     lock = threading.Lock()
 
@@ -146,7 +146,7 @@ def run_scenario(scenario: Scenario, server_url: str, namespace: str) -> dict[st
             if ended is not None:
                 seen_end[result.key] = ended
 
-    runs.run_to_completion = timed_rtc  # type: ignore[assignment]
+    runs.arun_to_completion = timed_rtc  # type: ignore[assignment]
     reporting.JobReporter.finished = counting_finished  # type: ignore[method-assign]
 
     watches: dict[str, int] = {}
@@ -154,7 +154,7 @@ def run_scenario(scenario: Scenario, server_url: str, namespace: str) -> dict[st
 
     def sample() -> None:
         time.sleep(max(3.0, scenario.run_s / 2))
-        watches.update(KubeRuntime.get().run_sync(open_watches(str(testbed.kubeconfig))))
+        watches.update(KubeRuntime.get().block_on(open_watches(str(testbed.kubeconfig))))
 
         async def informer_lists() -> dict[str, list[int]]:
             found: dict[str, list[int]] = {}
@@ -163,7 +163,7 @@ def run_scenario(scenario: Scenario, server_url: str, namespace: str) -> dict[st
                     found.setdefault(informer.kind.plural, []).append(informer.stats.lists)
             return found
 
-        lists.update(KubeRuntime.get().run_sync(informer_lists()))
+        lists.update(KubeRuntime.get().block_on(informer_lists()))
 
     cluster = KubernetesCluster(kubeconfig_path=str(testbed.kubeconfig), namespace=namespace)
     # Run times spread over [run_s, 1.5 run_s] (the same draws every time), so that jobs end
@@ -206,7 +206,7 @@ def run_scenario(scenario: Scenario, server_url: str, namespace: str) -> dict[st
         from prefect.logging.handlers import APILogHandler
 
         APILogHandler().flush()  # send what is queued before the server goes
-        runs.run_to_completion = original_rtc  # type: ignore[assignment]
+        runs.arun_to_completion = original_rtc  # type: ignore[assignment]
         reporting.JobReporter.finished = original_finished  # type: ignore[method-assign]
 
     ended = {str(run.id): run.end_time.timestamp() for run in task_run_list if run.end_time}

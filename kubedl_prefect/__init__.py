@@ -2,10 +2,10 @@
 
 The names most programs need, importable from the package itself::
 
-    from kubedl_prefect import KubernetesBackend, load_spec, run_to_completion_sync
+    from kubedl_prefect import KubernetesBackend, load_spec, run_to_completion
 
     backend = KubernetesBackend(namespace="ml", dialect="kubedl")
-    outcome = run_to_completion_sync(
+    outcome = run_to_completion(
         backend, load_spec("examples/pytorch-mnist.yaml"), key="nightly-2026-12-01"
     )
 
@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "BearerToken": "kubedl_prefect.kube.credentials",
     # backends and the lifecycle
     "TrainingBackend": "kubedl_prefect.lifecycle.backend",
-    "SyncBackend": "kubedl_prefect.lifecycle.backend",
+    "SyncTrainingBackend": "kubedl_prefect.lifecycle.backend",
     "JobRef": "kubedl_prefect.lifecycle.backend",
     "JobOutcome": "kubedl_prefect.lifecycle.backend",
     "PhaseUpdate": "kubedl_prefect.lifecycle.backend",
@@ -46,9 +46,9 @@ _EXPORTS: dict[str, str] = {
     "LocalBackend": "kubedl_prefect.lifecycle.local.backend",
     "LocalCapacity": "kubedl_prefect.lifecycle.local.capacity",
     "RetryPolicy": "kubedl_prefect.lifecycle.retry",
+    "arun_to_completion": "kubedl_prefect.lifecycle.retry",
     "run_to_completion": "kubedl_prefect.lifecycle.retry",
-    "run_to_completion_sync": "kubedl_prefect.lifecycle.retry",
-    "attach": "kubedl_prefect.lifecycle.run",
+    "areattach": "kubedl_prefect.lifecycle.run",
     "TrainingRun": "kubedl_prefect.lifecycle.run",
     "RunRecord": "kubedl_prefect.lifecycle.records",
     # results
@@ -87,20 +87,20 @@ __all__ = [
     "RetryPolicy",
     "RunRecord",
     "SpecError",
-    "SyncBackend",
+    "SyncTrainingBackend",
     "TrainingBackend",
     "TrainingJobSpec",
     "TrainingRun",
     "WaitTimeoutError",
     "WaitTimeouts",
     "__version__",
-    "attach",
+    "areattach",
+    "arun_to_completion",
     "load_spec",
     "loads_spec",
     "parse_spec",
     "render",
     "run_to_completion",
-    "run_to_completion_sync",
     "validate",
 ]
 
@@ -125,7 +125,7 @@ if TYPE_CHECKING:
         JobRef,
         LogLine,
         PhaseUpdate,
-        SyncBackend,
+        SyncTrainingBackend,
         TrainingBackend,
         WaitTimeouts,
     )
@@ -135,10 +135,10 @@ if TYPE_CHECKING:
     from kubedl_prefect.lifecycle.records import RunRecord
     from kubedl_prefect.lifecycle.retry import (
         RetryPolicy,
+        arun_to_completion,
         run_to_completion,
-        run_to_completion_sync,
     )
-    from kubedl_prefect.lifecycle.run import TrainingRun, attach
+    from kubedl_prefect.lifecycle.run import TrainingRun, areattach
     from kubedl_prefect.lifecycle.status import JobStatus, Phase
     from kubedl_prefect.spec import (
         Dialect,
@@ -151,10 +151,20 @@ if TYPE_CHECKING:
     )
 
 
+# Old names, answered for one release with a DeprecationWarning (kubedl_prefect.deprecation).
+_RENAMED: dict[str, str] = {
+    "run_to_completion_sync": "run_to_completion",
+    "attach": "areattach",
+    "SyncBackend": "SyncTrainingBackend",
+}
+
+
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'kubedl_prefect' has no attribute {name!r}")
+        from kubedl_prefect.deprecation import renamed
+
+        return renamed(__name__, name, _RENAMED)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -853,7 +853,7 @@ def _on_run(
     import asyncio
 
     from kubedl_prefect.errors import JobCancelledError
-    from kubedl_prefect.lifecycle.run import attach
+    from kubedl_prefect.lifecycle.run import areattach
 
     try:
         ref = read_reference(reference)
@@ -865,7 +865,7 @@ def _on_run(
     async def attached() -> Any:
         try:
             try:
-                run = await attach(ref, backend=backend)
+                run = await areattach(ref, backend=backend)
             except JobCancelledError:
                 if gone is None:
                     raise

@@ -4,7 +4,7 @@ Prefect runs sync tasks in worker threads and async tasks in whichever loop the 
 shared watch must be *one* connection per process, and aiohttp sessions belong to the loop that
 made them. So clients, watches and log streams all live on one daemon thread's loop, and callers
 hand coroutines to it: async callers with :meth:`KubeRuntime.run` (awaitable from any loop,
-cancellation included), sync callers with :meth:`KubeRuntime.run_sync`. This is the one mechanism
+cancellation included), sync callers with :meth:`KubeRuntime.block_on`. This is the one mechanism
 behind both the async API and its sync facade.
 """
 
@@ -91,11 +91,11 @@ class KubeRuntime:
             return await coro
         return await asyncio.wrap_future(self.submit(coro))
 
-    def run_sync(self, coro: Coroutine[Any, Any, T]) -> T:
+    def block_on(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run ``coro`` on the runtime loop and block the calling thread until it is done."""
         if self.in_runtime():
             coro.close()
-            raise RuntimeError("run_sync() called from the kube runtime's own thread")
+            raise RuntimeError("block_on() called from the kube runtime's own thread")
         future = self.submit(coro)
         try:
             return future.result()

@@ -5,8 +5,8 @@ A backend runs training jobs somewhere: on Kubernetes through an operator
 same environment contract (the embedded default). Everything above this layer — retries, the
 Prefect surface — talks to :class:`TrainingBackend` only.
 
-Every method is a coroutine. Sync callers use :class:`SyncBackend`, which runs the same coroutines
-on the process-wide Kubernetes runtime loop: one implementation, two faces.
+Every method is a coroutine. Sync callers use :class:`SyncTrainingBackend`, which runs the same
+coroutines on the process-wide Kubernetes runtime loop: one implementation, two faces.
 """
 
 from __future__ import annotations
@@ -317,7 +317,7 @@ class WaitTimeouts:
     Deadlines are measured on a monotonic clock from the start of each phase.
 
     One rule for giving up, whichever wait gives up (admission, start-up, completion) and
-    whether it is called directly or through ``run_to_completion``: the job is deleted (with its
+    whether it is called directly or through ``arun_to_completion``: the job is deleted (with its
     pods and PodGroups, so it holds no GPUs) before the timeout error is raised, unless
     ``delete_on_timeout`` is false.
 
@@ -454,7 +454,7 @@ class TrainingBackend(Protocol):
         ...
 
 
-class SyncBackend:
+class SyncTrainingBackend:
     """The blocking face of a :class:`TrainingBackend`, for sync code (Prefect sync tasks).
 
     Each method has the same signature as its async twin and runs it on the process-wide
@@ -465,7 +465,7 @@ class SyncBackend:
         self.backend = backend
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return KubeRuntime.get().run_sync(coro)
+        return KubeRuntime.get().block_on(coro)
 
     def submit(
         self, spec: TrainingJobSpec, *, key: str, attempt: int = 1, dry_run: bool = False
@@ -508,3 +508,12 @@ class SyncBackend:
     def close(self) -> None:
         """Blocking :meth:`TrainingBackend.close`."""
         return self._run(self.backend.close())
+
+
+_RENAMED = {"SyncBackend": "SyncTrainingBackend"}
+
+
+def __getattr__(name: str) -> Any:
+    from kubedl_prefect.deprecation import renamed
+
+    return renamed(__name__, name, _RENAMED)

@@ -8,7 +8,7 @@ the jobs, one data key per attempt, see :mod:`.kubernetes`), to which the backen
 attempt when it is submitted and its outcome when a wait sees it end. An adopted job that has
 already ended keeps the end recorded for it.
 
-:func:`replay_step` decides from a record where :func:`~.retry.run_to_completion` starts: return
+:func:`replay_step` decides from a record where :func:`~.retry.arun_to_completion` starts: return
 the recorded success, raise the recorded permanent failure, submit the next attempt after a
 recorded retryable failure, or follow (adopt) the latest attempt whose end nobody saw.
 

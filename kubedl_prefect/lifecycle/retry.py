@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, cast
 
+from kubedl_prefect.deprecation import called_in_a_loop, renamed, warn_face_changed
 from kubedl_prefect.errors import JobFailedError, SpecError, SpecIssue
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.backend import (
@@ -70,7 +72,7 @@ class RetryPolicy:
 AttemptCallback = Callable[[JobRef], None]
 
 
-async def run_to_completion(
+async def arun_to_completion(
     backend: TrainingBackend,
     spec: TrainingJobSpec,
     *,
@@ -96,10 +98,10 @@ async def run_to_completion(
         AdoptionRefusedError: The key was used for another spec.
 
     Example:
-        >>> from kubedl_prefect import KubernetesBackend, load_spec, run_to_completion
+        >>> from kubedl_prefect import KubernetesBackend, load_spec, arun_to_completion
         >>> async def nightly() -> None:
         ...     backend = KubernetesBackend(namespace="ml")
-        ...     outcome = await run_to_completion(
+        ...     outcome = await arun_to_completion(
         ...         backend, load_spec("examples/pytorch-mnist.yaml"), key="nightly-2026-12-01"
         ...     )
         ...     print(outcome.status.phase, outcome.ref.attempt)
@@ -128,7 +130,7 @@ async def run_to_completion(
         attempt += 1
 
 
-def run_to_completion_sync(
+def run_to_completion(
     backend: TrainingBackend,
     spec: TrainingJobSpec,
     *,
@@ -138,18 +140,32 @@ def run_to_completion_sync(
     on_phase: PhaseCallback | None = None,
     on_attempt: AttemptCallback | None = None,
 ) -> JobOutcome:
-    """Blocking :func:`run_to_completion`, for sync code (same arguments, same result)."""
-    return KubeRuntime.get().run_sync(
-        run_to_completion(
-            backend,
-            spec,
-            key=key,
-            retry=retry,
-            timeouts=timeouts,
-            on_phase=on_phase,
-            on_attempt=on_attempt,
-        )
+    """Blocking :func:`arun_to_completion`, for sync code (same arguments, same result).
+
+    Until the next release, a call from code that runs an event loop (an old ``await
+    run_to_completion(...)``, from when this name was the coroutine) warns and returns
+    :func:`arun_to_completion`'s coroutine instead of blocking.
+    """
+    coroutine = arun_to_completion(
+        backend,
+        spec,
+        key=key,
+        retry=retry,
+        timeouts=timeouts,
+        on_phase=on_phase,
+        on_attempt=on_attempt,
     )
+    if called_in_a_loop():
+        warn_face_changed("run_to_completion", "arun_to_completion")
+        return cast(JobOutcome, coroutine)
+    return KubeRuntime.get().block_on(coroutine)
+
+
+_RENAMED = {"run_to_completion_sync": "run_to_completion"}
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name, _RENAMED)
 
 
 def _gave_up(

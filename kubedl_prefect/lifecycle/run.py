@@ -1,7 +1,7 @@
-"""Re-attaching to a submitted job from any process: :func:`attach` and :class:`TrainingRun`.
+"""Re-attaching to a submitted job from any process: :func:`areattach` and :class:`TrainingRun`.
 
 A :class:`~.backend.JobRef` is plain data a flow keeps (in a Prefect result, a database, a file).
-In another process — a flow run retried after a crash, a monitoring script — :func:`attach` turns
+In another process — a flow run retried after a crash, a monitoring script — :func:`areattach` turns
 it back into a handle on the job, with a backend for the reference's cluster, namespace and
 dialect, whatever defaults that process has.
 """
@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kubedl_prefect.deprecation import renamed
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.kube.credentials import Credentials
 from kubedl_prefect.lifecycle.admission import AdmissionState
@@ -80,7 +81,7 @@ def as_ref(ref: JobRef | Mapping[str, Any] | str) -> JobRef:
     )
 
 
-async def attach(
+async def areattach(
     ref: JobRef | Mapping[str, Any] | str,
     *,
     backend: TrainingBackend | None = None,
@@ -101,7 +102,7 @@ async def attach(
 
     Example:
         >>> async def report(saved: str) -> None:
-        ...     run = await attach(saved)
+        ...     run = await areattach(saved)
         ...     try:
         ...         outcome = await run.wait_completed()
         ...         print(outcome.status.phase)
@@ -126,3 +127,10 @@ async def attach(
             await backend.close()
         raise
     return TrainingRun(backend, current, owns_backend=owns)
+
+
+_RENAMED = {"attach": "areattach"}
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name, _RENAMED)

@@ -45,10 +45,10 @@ _EXPORTS: dict[str, str] = {
     "arender_training_job": "kubedl_prefect.prefect.tasks",
     "submit_training_job": "kubedl_prefect.prefect.tasks",
     "asubmit_training_job": "kubedl_prefect.prefect.tasks",
-    "wait_for_admission": "kubedl_prefect.prefect.tasks",
-    "await_for_admission": "kubedl_prefect.prefect.tasks",
-    "wait_for_completion": "kubedl_prefect.prefect.tasks",
-    "await_for_completion": "kubedl_prefect.prefect.tasks",
+    "watch_admission": "kubedl_prefect.prefect.tasks",
+    "awatch_admission": "kubedl_prefect.prefect.tasks",
+    "watch_completion": "kubedl_prefect.prefect.tasks",
+    "awatch_completion": "kubedl_prefect.prefect.tasks",
     "run_training_job": "kubedl_prefect.prefect.tasks",
     "arun_training_job": "kubedl_prefect.prefect.tasks",
     "cancel_training_job": "kubedl_prefect.prefect.tasks",
@@ -71,7 +71,7 @@ _EXPORTS: dict[str, str] = {
     "CLEANUP_HOOKS": "kubedl_prefect.prefect.cleanup",
     "delete_jobs_on_cancellation": "kubedl_prefect.prefect.cleanup",
     "delete_jobs_on_crash": "kubedl_prefect.prefect.cleanup",
-    "delete_flow_run_jobs": "kubedl_prefect.prefect.cleanup",
+    "adelete_flow_run_jobs": "kubedl_prefect.prefect.cleanup",
     "rollback_training_job": "kubedl_prefect.prefect.cleanup",
     # keys and events
     "schedule_slot_key": "kubedl_prefect.prefect.context",
@@ -93,6 +93,7 @@ __all__ = [
     "TrainingResult",
     "WaitSettings",
     "acancel_training_job",
+    "adelete_flow_run_jobs",
     "adeploy_inference_service",
     "agate_model_version",
     "aregister_model",
@@ -103,10 +104,9 @@ __all__ = [
     "astart_model_run",
     "asubmit_training_job",
     "avalidate_training_job",
-    "await_for_admission",
-    "await_for_completion",
+    "awatch_admission",
+    "awatch_completion",
     "cancel_training_job",
-    "delete_flow_run_jobs",
     "delete_jobs_on_cancellation",
     "delete_jobs_on_crash",
     "deploy_inference_service",
@@ -122,8 +122,8 @@ __all__ = [
     "start_model_run",
     "submit_training_job",
     "validate_training_job",
-    "wait_for_admission",
-    "wait_for_completion",
+    "watch_admission",
+    "watch_completion",
 ]
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ if TYPE_CHECKING:
     )
     from kubedl_prefect.prefect.cleanup import (
         CLEANUP_HOOKS,
-        delete_flow_run_jobs,
+        adelete_flow_run_jobs,
         delete_jobs_on_cancellation,
         delete_jobs_on_crash,
         rollback_training_job,
@@ -168,23 +168,35 @@ if TYPE_CHECKING:
         arun_training_job,
         asubmit_training_job,
         avalidate_training_job,
-        await_for_admission,
-        await_for_completion,
+        awatch_admission,
+        awatch_completion,
         cancel_training_job,
         render_training_job,
         retry_if_retryable,
         run_training_job,
         submit_training_job,
         validate_training_job,
-        wait_for_admission,
-        wait_for_completion,
+        watch_admission,
+        watch_completion,
     )
+
+
+# Old names, answered for one release with a DeprecationWarning (kubedl_prefect.deprecation).
+_RENAMED: dict[str, str] = {
+    "wait_for_admission": "watch_admission",
+    "await_for_admission": "awatch_admission",
+    "wait_for_completion": "watch_completion",
+    "await_for_completion": "awatch_completion",
+    "delete_flow_run_jobs": "adelete_flow_run_jobs",
+}
 
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'kubedl_prefect.prefect' has no attribute {name!r}")
+        from kubedl_prefect.deprecation import renamed
+
+        return renamed(__name__, name, _RENAMED)
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias, TypeVar
 
@@ -616,7 +617,7 @@ class TrainingJob(JobBlock[TrainingResult]):
     :class:`~kubedl_prefect.spec.TrainingJobSpec` is accepted too) or as ``spec_file``, read on
     the machine where the flow runs. It is validated for the dialect when the block is made.
 
-    :meth:`trigger` submits the job (or adopts it: the same key never makes a second job) and
+    :meth:`astart` submits the job (or adopts it: the same key never makes a second job) and
     returns a run; its ``wait_for_completion()`` follows the job through admission and every
     attempt, with events, artifacts and labelled logs of every replica in the Prefect run.
 
@@ -631,12 +632,12 @@ class TrainingJob(JobBlock[TrainingResult]):
                 job = TrainingJob.from_spec_file(
                     "examples/pytorch-mnist.yaml", cluster=KubernetesCluster(namespace="ml")
                 )
-                run = await job.trigger()
+                run = await job.astart()
                 await run.wait_for_completion()
                 result = await run.fetch_result()
                 print(result.phase, result.attempts)
 
-        Sync flows use ``job.trigger_sync()``, whose run has the same methods, blocking.
+        Sync flows use ``job.start()``, whose run has the same methods, blocking.
     """
 
     model_config = ConfigDict(hide_input_in_errors=True)
@@ -778,7 +779,7 @@ class TrainingJob(JobBlock[TrainingResult]):
         """
         return self.namespace or self.cluster.namespace
 
-    async def trigger(self, key: str | None = None) -> TrainingJobRun:
+    async def astart(self, key: str | None = None) -> TrainingJobRun:
         """Submit (or adopt) the job's next attempt and return a handle on the run.
 
         A logical job that a record says has ended already (the same key ran before) is not
@@ -798,18 +799,48 @@ class TrainingJob(JobBlock[TrainingResult]):
         self._log_pod_security_warnings()
         return await TrainingJobRun.start(self, key=key)
 
-    def trigger_sync(self, key: str | None = None) -> SyncTrainingJobRun:
-        """Blocking :meth:`trigger` for sync flows; the run's methods block too."""
+    def start(self, key: str | None = None) -> SyncTrainingJobRun:
+        """Blocking :meth:`astart` for sync flows; the run's methods block too."""
         from kubedl_prefect.prefect.runs import SyncTrainingJobRun
 
         self._log_pod_security_warnings()
         return SyncTrainingJobRun.start(self, key=key)
 
-    async def attach(self, data: dict[str, Any] | str) -> TrainingJobRun:
+    async def trigger(self, key: str | None = None) -> TrainingJobRun:
+        """:meth:`astart`, under the name Prefect's ``JobBlock`` interface gives it."""
+        return await self.astart(key)
+
+    def trigger_sync(self, key: str | None = None) -> SyncTrainingJobRun:
+        """Deprecated: :meth:`start`."""
+        warnings.warn(
+            "TrainingJob.trigger_sync is deprecated and goes in the next release; "
+            "use TrainingJob.start",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.start(key)
+
+    async def areattach(self, data: dict[str, Any] | str) -> TrainingJobRun:
         """Re-attach to a run saved with ``run.to_dict()`` (from any process, after a crash)."""
         from kubedl_prefect.prefect.runs import TrainingJobRun
 
         return await TrainingJobRun.attach(self, data)
+
+    def reattach(self, data: dict[str, Any] | str) -> SyncTrainingJobRun:
+        """Blocking :meth:`areattach`; the run's methods block too."""
+        from kubedl_prefect.prefect.runs import SyncTrainingJobRun
+
+        return SyncTrainingJobRun.attach(self, data)
+
+    async def attach(self, data: dict[str, Any] | str) -> TrainingJobRun:
+        """Deprecated: :meth:`areattach`."""
+        warnings.warn(
+            "TrainingJob.attach is deprecated and goes in the next release; "
+            "use TrainingJob.areattach",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return await self.areattach(data)
 
 
 def load_cluster(name: str) -> ClusterBlock:

@@ -1,10 +1,10 @@
 """What the model-chain tasks share: task options, event senders and the markdown artifacts.
 
 The registry tasks (:mod:`.registry_tasks`) and the serving tasks (:mod:`.serving_tasks`) are
-written once, as coroutines; their sync faces run them with :func:`~.sync.run_sync`, as the
-training tasks do. The registry's and the serving layer's typed records become Prefect events
-here, bound to the Prefect run that called the task (their callbacks run on other threads), with
-the training job and the model version as related resources.
+written once, as coroutines; their sync faces run them with :func:`~.sync.run_in_caller_context`, as
+the training tasks do. The registry's and the serving layer's typed records become Prefect events
+here, bound to the Prefect run that called the task (their callbacks run on other threads), with the
+training job and the model version as related resources.
 """
 
 from __future__ import annotations

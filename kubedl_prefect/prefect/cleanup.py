@@ -26,11 +26,12 @@ import logging
 from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
+from kubedl_prefect.deprecation import renamed
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.lifecycle.backend import JobRef
 from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import JobEvent, emit, job_event
-from kubedl_prefect.prefect.sync import run_sync
+from kubedl_prefect.prefect.sync import run_in_caller_context
 
 if TYPE_CHECKING:
     from prefect.client.schemas.objects import FlowRun, State
@@ -129,7 +130,7 @@ async def _places(flow_run_id: UUID) -> list[tuple[ClusterBlock, str]]:
     return list(found.values())
 
 
-async def delete_flow_run_jobs(
+async def adelete_flow_run_jobs(
     flow_run_id: UUID, *, reason: str, ctx: RunContext | None = None
 ) -> list[JobRef]:
     """Delete every job the flow run created (with pods and PodGroups); return their refs.
@@ -170,13 +171,17 @@ def _flow_run_related(flow_run_id: UUID) -> list[dict[str, str]]:
 
 def delete_jobs_on_cancellation(flow: Flow[..., Any], flow_run: FlowRun, state: State) -> None:
     """Flow ``on_cancellation`` hook: delete the jobs this flow run created."""
-    refs = run_sync(lambda: delete_flow_run_jobs(flow_run.id, reason="flow run cancelled"))
+    refs = run_in_caller_context(
+        lambda: adelete_flow_run_jobs(flow_run.id, reason="flow run cancelled")
+    )
     logger.info("flow run %s cancelled: deleted %d training job(s)", flow_run.id, len(refs))
 
 
 def delete_jobs_on_crash(flow: Flow[..., Any], flow_run: FlowRun, state: State) -> None:
     """Flow ``on_crashed`` hook: delete the jobs this flow run created."""
-    refs = run_sync(lambda: delete_flow_run_jobs(flow_run.id, reason="flow run crashed"))
+    refs = run_in_caller_context(
+        lambda: adelete_flow_run_jobs(flow_run.id, reason="flow run crashed")
+    )
     logger.info("flow run %s crashed: deleted %d training job(s)", flow_run.id, len(refs))
 
 
@@ -215,5 +220,12 @@ def rollback_training_job(transaction: Transaction) -> None:
             await backend.close()
         emit(job_event(ref, JobEvent.CANCELLED, reason="rolled back: a later step failed"))
 
-    run_sync(delete)
+    run_in_caller_context(delete)
     logger.info("rolled back training job %s/%s", ref.namespace, ref.name)
+
+
+_RENAMED = {"delete_flow_run_jobs": "adelete_flow_run_jobs"}
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name, _RENAMED)

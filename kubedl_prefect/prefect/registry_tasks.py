@@ -39,7 +39,7 @@ from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import training_job_related
 from kubedl_prefect.prefect.model_blocks import MlflowRegistry, aregistry_block
 from kubedl_prefect.prefect.results import TrainingResult
-from kubedl_prefect.prefect.sync import run_sync
+from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.registry.compat import KSERVE_MLSERVER, RuntimeProfile
 from kubedl_prefect.registry.gate import GateDecision, GatePolicy
 from kubedl_prefect.registry.lineage import TAG_JOB_NAME, TAG_JOB_UID
@@ -229,7 +229,7 @@ def start_model_run(
             job = TrainingJob(spec=spec_to_data(with_handoff(spec, handoff)), cluster=cluster)
             result = run_training_job(job, key="nightly-2026-12-01")
     """
-    return run_sync(
+    return run_in_caller_context(
         lambda: _start_model_run(registry, spec, key, experiment, mode, model_artifact, model_dir)
     )
 
@@ -282,7 +282,9 @@ def register_model(
             version = register_model("mlflow", handoff, result, spec, "fraud")
             print(version.model_uri, version.tags["kubedl-prefect.io/job-uid"])
     """
-    return run_sync(lambda: _register_model(registry, handoff, result, spec, model_name))
+    return run_in_caller_context(
+        lambda: _register_model(registry, handoff, result, spec, model_name)
+    )
 
 
 @task(name="register-model", **TASK_OPTIONS)
@@ -322,7 +324,7 @@ def resolve_model_version(
             resolved = resolve_model_version("mlflow", "models:/fraud@champion")
             print(resolved.storage_uri)
     """
-    return run_sync(lambda: _resolve_model_version(registry, model, runtime))
+    return run_in_caller_context(lambda: _resolve_model_version(registry, model, runtime))
 
 
 @task(name="resolve-model-version", **TASK_OPTIONS)
@@ -361,7 +363,7 @@ def gate_model_version(
             if decision.promoted:
                 ...  # deploy it
     """
-    return run_sync(lambda: _gate_model_version(registry, version, policy))
+    return run_in_caller_context(lambda: _gate_model_version(registry, version, policy))
 
 
 @task(name="gate-model-version", **TASK_OPTIONS)

@@ -197,7 +197,7 @@ class JobReporter:
     def _refresh_replicas(self, ref: JobRef) -> None:
         if not isinstance(self.backend, ReplicaSource):
             return
-        states = KubeRuntime.get().run_sync(self.backend.replicas(ref))
+        states = KubeRuntime.get().block_on(self.backend.replicas(ref))
         before = self.artifacts.requests
         self.artifacts.replicas(states, ref.name)
         self.calls.artifact_requests += self.artifacts.requests - before

@@ -36,13 +36,13 @@ from kubedl_prefect.lifecycle.backend import (
     checkpoint_location,
 )
 from kubedl_prefect.lifecycle.records import ReplayStep, replay_step
-from kubedl_prefect.lifecycle.retry import run_to_completion
+from kubedl_prefect.lifecycle.retry import arun_to_completion
 from kubedl_prefect.lifecycle.run import as_ref
 from kubedl_prefect.prefect import cleanup
 from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.reporting import JobReporter
 from kubedl_prefect.prefect.results import TrainingResult, training_result
-from kubedl_prefect.prefect.sync import run_sync
+from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.spec import TrainingJobSpec, key_hash, validate
 
 if TYPE_CHECKING:
@@ -273,7 +273,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
         outcome: JobOutcome | None = None
         error: BaseException | None = None
         try:
-            outcome = await run_to_completion(
+            outcome = await arun_to_completion(
                 self.backend,
                 self.spec,
                 key=self.key,
@@ -443,13 +443,13 @@ class SyncTrainingJobRun:
     def start(cls, job: TrainingJob, *, key: str | None = None) -> SyncTrainingJobRun:
         """Blocking :meth:`TrainingJobRun.start`."""
         ctx = RunContext.capture()
-        return cls(run_sync(lambda: TrainingJobRun.start(job, key=key, ctx=ctx)))
+        return cls(run_in_caller_context(lambda: TrainingJobRun.start(job, key=key, ctx=ctx)))
 
     @classmethod
     def attach(cls, job: TrainingJob, data: dict[str, Any] | str) -> SyncTrainingJobRun:
         """Blocking :meth:`TrainingJobRun.attach`."""
         ctx = RunContext.capture()
-        return cls(run_sync(lambda: TrainingJobRun.attach(job, data, ctx=ctx)))
+        return cls(run_in_caller_context(lambda: TrainingJobRun.attach(job, data, ctx=ctx)))
 
     @classmethod
     def from_saved(cls, job: TrainingJob, data: dict[str, Any] | str) -> SyncTrainingJobRun:
@@ -467,24 +467,24 @@ class SyncTrainingJobRun:
 
     def wait_for_admission(self, timeout_s: float | None = None) -> AdmissionState:
         """Blocking :meth:`TrainingJobRun.wait_for_admission`."""
-        return run_sync(lambda: self.run.wait_for_admission(timeout_s))
+        return run_in_caller_context(lambda: self.run.wait_for_admission(timeout_s))
 
     def wait_for_completion(self) -> None:
         """Blocking :meth:`TrainingJobRun.wait_for_completion`."""
-        return run_sync(self.run.wait_for_completion)
+        return run_in_caller_context(self.run.wait_for_completion)
 
     def fetch_result(self) -> TrainingResult:
         """Blocking :meth:`TrainingJobRun.fetch_result`."""
-        return run_sync(self.run.fetch_result)
+        return run_in_caller_context(self.run.fetch_result)
 
     def cancel(self) -> None:
         """Blocking :meth:`TrainingJobRun.cancel`."""
-        return run_sync(self.run.cancel)
+        return run_in_caller_context(self.run.cancel)
 
     def logs(self, on_line: Callable[[LogLine], object] | None = None) -> None:
         """Blocking :meth:`TrainingJobRun.logs`."""
-        return run_sync(lambda: self.run.logs(on_line))
+        return run_in_caller_context(lambda: self.run.logs(on_line))
 
     def close(self) -> None:
         """Blocking :meth:`TrainingJobRun.close`."""
-        return run_sync(self.run.close)
+        return run_in_caller_context(self.run.close)

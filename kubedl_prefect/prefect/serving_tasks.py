@@ -42,7 +42,7 @@ from kubedl_prefect.prefect.model_blocks import (
     aregistry_block,
     aserving_block,
 )
-from kubedl_prefect.prefect.sync import run_sync
+from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.registry.gate import GateDecision
 from kubedl_prefect.serving.deploy import RollbackCallback, ServingOutcome
 from kubedl_prefect.serving.render import render_inference_service as render_manifest
@@ -171,7 +171,7 @@ def render_inference_service(
 
             manifest = render_inference_service(serving.service("fraud", resolved.storage_uri))
     """
-    return run_sync(lambda: _render(service, serving))
+    return run_in_caller_context(lambda: _render(service, serving))
 
 
 @task(name="render-inference-service", **TASK_OPTIONS)
@@ -216,7 +216,7 @@ def deploy_inference_service(
             )
             print(outcome.url)
     """
-    return run_sync(lambda: _deploy(service, serving, registry, decision, timeout_s))
+    return run_in_caller_context(lambda: _deploy(service, serving, registry, decision, timeout_s))
 
 
 @task(name="deploy-inference-service", **TASK_OPTIONS)

@@ -10,8 +10,8 @@ sync                                      async
 :func:`validate_training_job`             :func:`avalidate_training_job`
 :func:`render_training_job`               :func:`arender_training_job`
 :func:`submit_training_job`               :func:`asubmit_training_job`
-:func:`wait_for_admission`                :func:`await_for_admission`
-:func:`wait_for_completion`               :func:`await_for_completion`
+:func:`watch_admission`                :func:`awatch_admission`
+:func:`watch_completion`               :func:`awatch_completion`
 :func:`run_training_job`                  :func:`arun_training_job`
 :func:`cancel_training_job`               :func:`acancel_training_job`
 ========================================  ==========================================
@@ -34,6 +34,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.tasks import Task
 
+from kubedl_prefect.deprecation import renamed
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.prefect.blocks import TrainingJob, as_training_job
@@ -140,8 +141,8 @@ def submit_training_job(job: TrainingJob | str, key: str | None = None) -> Saved
             @flow
             def train() -> None:
                 run = submit_training_job("mnist")
-                wait_for_admission("mnist", run)
-                result = wait_for_completion("mnist", run)
+                watch_admission("mnist", run)
+                result = watch_completion("mnist", run)
     """
     run = SyncTrainingJobRun.start(as_training_job(job), key=key)
     try:
@@ -170,7 +171,7 @@ def _admission(state: AdmissionState) -> dict[str, Any]:
 
 
 @task(name="wait-for-admission", **_TASK_OPTIONS)
-def wait_for_admission(
+def watch_admission(
     job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
 ) -> dict[str, Any]:
     """Wait until every replica is scheduled together; return the admission state.
@@ -186,10 +187,10 @@ def wait_for_admission(
 
 
 @task(name="wait-for-admission", **_TASK_OPTIONS)
-async def await_for_admission(
+async def awatch_admission(
     job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
 ) -> dict[str, Any]:
-    """Async :func:`wait_for_admission`."""
+    """Async :func:`watch_admission`."""
     handle = await TrainingJobRun.attach(await _job(job), run)
     try:
         return _admission(await handle.wait_for_admission(timeout_s))
@@ -198,7 +199,7 @@ async def await_for_admission(
 
 
 @task(name="wait-for-completion", **_TASK_OPTIONS)
-def wait_for_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
+def watch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     """Follow a submitted job through every attempt to its end; return the result.
 
     Raises:
@@ -213,8 +214,8 @@ def wait_for_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult
 
 
 @task(name="wait-for-completion", **_TASK_OPTIONS)
-async def await_for_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
-    """Async :func:`wait_for_completion`."""
+async def awatch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
+    """Async :func:`watch_completion`."""
     handle = await TrainingJobRun.attach(await _job(job), run)
     try:
         await handle.wait_for_completion()
@@ -304,3 +305,15 @@ async def acancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
 
 run_training_job.on_rollback(rollback_training_job)
 arun_training_job.on_rollback(rollback_training_job)
+
+
+_RENAMED = {
+    "wait_for_admission": "watch_admission",
+    "await_for_admission": "awatch_admission",
+    "wait_for_completion": "watch_completion",
+    "await_for_completion": "awatch_completion",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return renamed(__name__, name, _RENAMED)

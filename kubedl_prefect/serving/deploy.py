@@ -568,7 +568,7 @@ class SyncInferenceServiceDeployer:
         self.deployer = deployer
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return KubeRuntime.get().run_sync(coro)
+        return KubeRuntime.get().block_on(coro)
 
     def deploy(
         self,

@@ -71,17 +71,18 @@ def call(
 ) -> _T:
     """Run ``operation(client, *args, **kwargs)`` with an administrator client; return its result.
 
-    Blocks until it is done; works from inside a running event loop too (see :func:`run_sync`).
+    Blocks until it is done; works from inside a running event loop too
+    (see :func:`run_blocking_anywhere`).
     """
 
     async def with_admin() -> _T:
         async with admin_client(layout) as kube:
             return await operation(kube, *args, **kwargs)
 
-    return run_sync(with_admin())
+    return run_blocking_anywhere(with_admin())
 
 
-def run_sync(coroutine: Coroutine[Any, Any, _T]) -> _T:
+def run_blocking_anywhere(coroutine: Coroutine[Any, Any, _T]) -> _T:
     """Run ``coroutine`` to completion, also when called from inside a running event loop.
 
     Inside a loop (an async test calling the synchronous test bed) it runs on a loop of its own

@@ -33,12 +33,12 @@ from kubedl_prefect.lifecycle.backend import (
     JobRef,
     LogLine,
     PhaseUpdate,
-    SyncBackend,
+    SyncTrainingBackend,
     checkpoint_location,
 )
 from kubedl_prefect.lifecycle.diagnosis import FailureCategory
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
-from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
+from kubedl_prefect.lifecycle.retry import RetryPolicy, arun_to_completion
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import CHECKPOINT_ENV, TrainingJobSpec, dump_spec, job_name, loads_spec
 from kubedl_prefect.testbed.testbed import Testbed
@@ -205,7 +205,7 @@ async def test_evicted_worker_resumes_as_next_attempt_with_same_checkpoint(
         worker_restart_policy="Never",
     )
     attempts: list[Any] = []
-    outcome = await run_to_completion(
+    outcome = await arun_to_completion(
         backend,
         spec,
         key="evicted",
@@ -227,7 +227,7 @@ async def test_user_code_failure_is_not_retried(backend: KubernetesBackend) -> N
     )
     attempts: list[Any] = []
     with pytest.raises(JobFailedError) as caught:
-        await run_to_completion(
+        await arun_to_completion(
             backend,
             spec,
             key="user-bug",
@@ -242,7 +242,7 @@ async def test_user_code_failure_is_not_retried(backend: KubernetesBackend) -> N
 def test_sync_facade_runs_the_same_lifecycle(
     namespace: str, least_privilege_kubeconfig: Path
 ) -> None:
-    backend = SyncBackend(
+    backend = SyncTrainingBackend(
         KubernetesBackend(namespace=namespace, kubeconfig=str(least_privilege_kubeconfig))
     )
     try:
@@ -369,11 +369,11 @@ def test_restarted_waiter_adopts_its_job_instead_of_creating_another(
         textwrap.dedent(
             f"""
             import sys
-            from kubedl_prefect.lifecycle.backend import SyncBackend
+            from kubedl_prefect.lifecycle.backend import SyncTrainingBackend
             from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
             from kubedl_prefect.spec import load_spec
 
-            backend = SyncBackend(KubernetesBackend(
+            backend = SyncTrainingBackend(KubernetesBackend(
                 namespace={namespace!r}, kubeconfig={str(least_privilege_kubeconfig)!r}))
             ref = backend.submit(load_spec(sys.argv[1]), key="crash-safe")
             print("uid", ref.uid, flush=True)
@@ -465,9 +465,9 @@ def test_a_reference_saved_in_one_process_is_attached_and_followed_in_another(
         textwrap.dedent(
             f"""
             import sys
-            from kubedl_prefect import KubernetesBackend, SyncBackend, load_spec
+            from kubedl_prefect import KubernetesBackend, SyncTrainingBackend, load_spec
 
-            backend = SyncBackend(KubernetesBackend(
+            backend = SyncTrainingBackend(KubernetesBackend(
                 namespace={namespace!r}, kubeconfig={str(least_privilege_kubeconfig)!r}))
             print(backend.submit(load_spec(sys.argv[1]), key="hand-over").to_json())
             """
@@ -478,13 +478,13 @@ def test_a_reference_saved_in_one_process_is_attached_and_followed_in_another(
         textwrap.dedent(
             f"""
             import asyncio, sys
-            from kubedl_prefect import KubeconfigFile, KubernetesBackend, attach
+            from kubedl_prefect import KubeconfigFile, KubernetesBackend, areattach
 
             async def main() -> None:
                 # Another default namespace and dialect: the reference says where the job is.
                 backend = KubernetesBackend(namespace="default", dialect="kubeflow",
                     credentials=KubeconfigFile({str(least_privilege_kubeconfig)!r}))
-                run = await attach(sys.argv[1], backend=backend)
+                run = await areattach(sys.argv[1], backend=backend)
                 outcome = await run.wait_completed()
                 print(outcome.status.phase, outcome.ref.uid, outcome.ref.namespace)
                 await backend.close()
@@ -518,7 +518,7 @@ async def test_a_finished_logical_job_deleted_by_ttl_is_not_trained_again(
     backend: KubernetesBackend,
 ) -> None:
     spec = pytorch_spec(gpus=0, gang=False, extra="ttlSecondsAfterFinished: 1\n")
-    first = await run_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
+    first = await arun_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
     assert first.succeeded
     assert not first.replayed
     kind = ResourceKind.of(backend.manifest(spec, key="ttl", attempt=1))
@@ -531,7 +531,7 @@ async def test_a_finished_logical_job_deleted_by_ttl_is_not_trained_again(
         raise AssertionError("the operator did not delete the job after its TTL")
 
     await deleted_by_the_operator()
-    again = await run_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
+    again = await arun_to_completion(backend, spec, key="ttl", retry=RetryPolicy(backoff_s=0.5))
     assert again.replayed
     assert again.succeeded
     assert again.ref.uid == first.ref.uid

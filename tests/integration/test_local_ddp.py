@@ -27,7 +27,7 @@ import pytest
 from kubedl_prefect.errors import FailureCategory
 from kubedl_prefect.lifecycle.backend import JobRef
 from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
-from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
+from kubedl_prefect.lifecycle.retry import RetryPolicy, arun_to_completion
 from kubedl_prefect.spec import TrainingJobSpec, load_spec
 from kubedl_prefect.spec.handoff import with_handoff
 from tests.support.mlflow_server import MlflowServer
@@ -115,7 +115,7 @@ def test_two_replicas_train_hand_the_model_to_mlflow_and_it_is_registered_and_pr
 
     async def run() -> None:
         job = with_handoff(spec, handoff)
-        outcome = await run_to_completion(backend, job, key="first", retry=FAST_RETRY)
+        outcome = await arun_to_completion(backend, job, key="first", retry=FAST_RETRY)
         await backend.follow_logs(
             outcome.ref, lambda line: lines.append(f"{line.replica} {line.text}")
         )
@@ -157,7 +157,7 @@ def test_a_replica_killed_with_sigkill_mid_run_is_retried_and_the_epochs_continu
             submitted.set()
 
         task = asyncio.create_task(
-            run_to_completion(backend, spec, key="resume", retry=FAST_RETRY, on_attempt=on_attempt)
+            arun_to_completion(backend, spec, key="resume", retry=FAST_RETRY, on_attempt=on_attempt)
         )
         await submitted.wait()
         first = attempts[0]

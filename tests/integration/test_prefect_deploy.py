@@ -80,7 +80,7 @@ def test_the_job_template_renders_a_job_the_api_server_accepts(
         finally:
             await client.close()
 
-    accepted = KubeRuntime.get().run_sync(dry_run())
+    accepted = KubeRuntime.get().block_on(dry_run())
     assert accepted["kind"] == "Job"
     assert accepted["spec"]["template"]["spec"]["serviceAccountName"] == "kubedl-prefect"
 

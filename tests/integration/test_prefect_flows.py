@@ -141,7 +141,7 @@ def cluster_objects(namespace: str, kind: ResourceKind, kubeconfig: Path) -> lis
         finally:
             await backend.close()
 
-    return KubeRuntime.get().run_sync(call())
+    return KubeRuntime.get().block_on(call())
 
 
 def job_kind_of(dialect: str) -> ResourceKind:
@@ -436,7 +436,7 @@ def test_cancelling_a_deployment_flow_run_deletes_its_jobs_and_no_other(
     cluster.save(cluster_name, overwrite=True)
     # Someone else's job in the same namespace: it must survive the clean-up.
     other = TrainingJob(spec=spec("other", run_duration="300s"), cluster=cluster)
-    other_run = other.trigger_sync(key="someone-else")
+    other_run = other.start(key="someone-else")
     spec_file = tmp_path / "spec.yaml"
     spec_file.write_text(spec_yaml(run_duration="300s"))
     runner_log = (tmp_path / "runner.log").open("w")

@@ -45,7 +45,7 @@ from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.backend import LogLine
 from kubedl_prefect.lifecycle.kubernetes import LABEL_KEY_HASH, LABEL_RECORD, KubernetesBackend
 from kubedl_prefect.lifecycle.records import record_name
-from kubedl_prefect.lifecycle.run import attach
+from kubedl_prefect.lifecycle.run import areattach
 from kubedl_prefect.serving import (
     InferenceServiceDeployer,
     InferenceServiceSpec,
@@ -209,7 +209,7 @@ async def test_the_lifecycle_and_a_rollout_need_nothing_beyond_the_role(
     assert (record.latest.uid, record.latest.phase) == (ref.uid, "Succeeded")
 
     # Re-attach from a reference's JSON, and adopt on a repeated submission.
-    run = await attach(ref.to_json(), credentials=KubeconfigFile(str(role_kubeconfig)))
+    run = await areattach(ref.to_json(), credentials=KubeconfigFile(str(role_kubeconfig)))
     try:
         again = await run.wait_completed()
         assert again.succeeded

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from kubedl_prefect.cli import ExitCode, app, backend_for, read_reference
 from kubedl_prefect.kube.credentials import KubeconfigFile
 from kubedl_prefect.kube.resources import ResourceKind
-from kubedl_prefect.lifecycle.backend import JobRef, SyncBackend
+from kubedl_prefect.lifecycle.backend import JobRef, SyncTrainingBackend
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
 from kubedl_prefect.spec import TrainingJobSpec, parse_spec
@@ -234,7 +234,7 @@ def test_status_and_cancel_on_kubernetes_through_a_kubeconfig(
     backend = KubernetesBackend(
         namespace="ml", dialect="kubeflow", kubeconfig=str(kubeconfig), context="fake"
     )
-    sync = SyncBackend(backend)
+    sync = SyncTrainingBackend(backend)
     ref = sync.submit(
         parse_spec({"name": "mnist", "image": "i:1", "replicas": {"master": 1}}), key="k"
     )

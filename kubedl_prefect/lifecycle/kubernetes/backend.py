@@ -18,8 +18,8 @@ once per wait; a cause that can never clear fails the job at once, and deletes i
 works on the namespace and dialect of the reference it is given, not the backend's defaults.
 
 All I/O runs on the process-wide :class:`~kubedl_prefect.kube.runtime.KubeRuntime` loop, so the
-async methods can be awaited from any event loop and :class:`~.backend.SyncBackend` gives the same
-methods to sync code. Callbacks run on threads of their own (:mod:`.delivery`).
+async methods can be awaited from any event loop and :class:`~.backend.SyncTrainingBackend` gives
+the same methods to sync code. Callbacks run on threads of their own (:mod:`.delivery`).
 """
 
 from __future__ import annotations

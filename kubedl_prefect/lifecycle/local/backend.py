@@ -16,7 +16,7 @@ with the pure functions of :mod:`.state`, never on a timer. A :class:`JobRef` of
 ``backend="local"``, ``cluster="local://<hostname>"`` and the workspace as its ``namespace``.
 
 Blocking file work runs in worker threads (``asyncio.to_thread``), so the methods can be awaited
-from any event loop (and through :class:`~kubedl_prefect.lifecycle.backend.SyncBackend`);
+from any event loop (and through :class:`~kubedl_prefect.lifecycle.backend.SyncTrainingBackend`);
 callbacks run on threads of their own (:mod:`..delivery`).
 """
 

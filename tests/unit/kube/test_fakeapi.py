@@ -438,7 +438,7 @@ def test_a_server_on_its_own_thread_serves_sync_callers() -> None:
             async with await connect(server.credentials) as kube:
                 return [o["metadata"]["name"] for o in (await kube.list(CONFIGMAPS, "ns")).items]
 
-        assert KubeRuntime.get().run_sync(names()) == ["from-the-test-thread"]
+        assert KubeRuntime.get().block_on(names()) == ["from-the-test-thread"]
         assert server.drop_watches() == 0
         assert server.counts["list"] == 1
 

@@ -4,7 +4,12 @@ import json
 import pytest
 
 from kubedl_prefect.errors import KubeDLPrefectError
-from kubedl_prefect.lifecycle.backend import JOB_REF_SCHEMA, JobRef, SyncBackend, TrainingBackend
+from kubedl_prefect.lifecycle.backend import (
+    JOB_REF_SCHEMA,
+    JobRef,
+    SyncTrainingBackend,
+    TrainingBackend,
+)
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 
 PUBLIC_ASYNC = [
@@ -29,7 +34,7 @@ def test_the_protocol_has_the_lifecycle_calls() -> None:
 
 @pytest.mark.parametrize("name", PUBLIC_ASYNC)
 def test_every_async_call_has_a_sync_twin_with_the_same_signature(name: str) -> None:
-    twin = getattr(SyncBackend, name)
+    twin = getattr(SyncTrainingBackend, name)
     assert not inspect.iscoroutinefunction(twin)
     assert inspect.signature(twin) == inspect.signature(getattr(TrainingBackend, name))
 

@@ -33,11 +33,11 @@ from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.kube.session import SessionPool
 from kubedl_prefect.lifecycle import waiting
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker
-from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, SyncBackend, WaitTimeouts
+from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, SyncTrainingBackend, WaitTimeouts
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, operators
 from kubedl_prefect.lifecycle.records import record_name
-from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
-from kubedl_prefect.lifecycle.run import attach
+from kubedl_prefect.lifecycle.retry import RetryPolicy, arun_to_completion
+from kubedl_prefect.lifecycle.run import areattach
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import TrainingJobSpec, parse_spec
 from tests.support.operator import FakeOperator
@@ -228,7 +228,7 @@ async def test_a_reference_is_followed_from_a_backend_of_another_namespace_and_d
 ) -> None:
     ref = await make_backend("ml").submit(spec(), key="attach")
     elsewhere = make_backend("default", "kubeflow")
-    run = await attach(ref.to_json(), backend=elsewhere)
+    run = await areattach(ref.to_json(), backend=elsewhere)
     waiting_task = asyncio.ensure_future(run.wait_completed())
     await operator.run_to(ref)
     outcome = await asyncio.wait_for(waiting_task, 10)
@@ -285,14 +285,14 @@ async def test_a_replay_after_the_jobs_were_cleaned_up_does_not_train_again(
     backend = make_backend()
     name = backend.manifest(spec(), key="ttl", attempt=1)["metadata"]["name"]
     playing = asyncio.ensure_future(run_when_created(operator, "ml", name, operator.run_to))
-    first = await run_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
+    first = await arun_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
     await playing
     assert first.succeeded
     assert not first.replayed
     await operator.client.delete(PYTORCHJOBS, "ml", name)  # ttlSecondsAfterFinished
     await until(lambda: _not(exists(operator, name)))
 
-    again = await run_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
+    again = await arun_to_completion(backend, spec(), key="ttl", retry=FAST_RETRY)
     assert again.succeeded
     assert again.replayed
     assert again.ref.uid == first.ref.uid
@@ -321,7 +321,7 @@ async def test_a_replay_after_a_recorded_eviction_resumes_at_the_next_attempt(
     attempts: list[JobRef] = []
     second = backend.manifest(spec(), key="evicted", attempt=2)["metadata"]["name"]
     playing = asyncio.ensure_future(run_when_created(operator, "ml", second, operator.run_to))
-    final = await run_to_completion(
+    final = await arun_to_completion(
         backend, spec(), key="evicted", retry=FAST_RETRY, on_attempt=attempts.append
     )
     await playing
@@ -360,7 +360,7 @@ async def test_an_eviction_is_retried_with_the_same_checkpoint_and_the_next_atte
 
     playing = asyncio.ensure_future(play())
     attempts: list[JobRef] = []
-    outcome = await run_to_completion(
+    outcome = await arun_to_completion(
         backend, spec(), key="retry", retry=FAST_RETRY, on_attempt=attempts.append
     )
     await playing
@@ -392,7 +392,7 @@ async def test_a_user_code_failure_is_not_retried(
 
     playing = asyncio.ensure_future(run_when_created(operator, "ml", name, crash))
     with pytest.raises(JobFailedError) as caught:
-        await run_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
+        await arun_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
     await playing
     assert caught.value.attempts == 1
     assert caught.value.diagnosis is not None
@@ -402,7 +402,7 @@ async def test_a_user_code_failure_is_not_retried(
     # A replay raises the recorded failure again, and submits nothing.
     await operator.client.delete(PYTORCHJOBS, "ml", name)
     with pytest.raises(JobFailedError, match="recorded"):
-        await run_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
+        await arun_to_completion(backend, spec(), key="bug", retry=FAST_RETRY)
     assert await jobs_in(operator) == []
 
 
@@ -546,7 +546,7 @@ async def test_each_attempt_is_recorded_in_one_config_map_per_logical_job(
 async def test_the_sync_face_submits_attaches_reads_history_and_cancels(
     fake_api: Any, pool: SessionPool, operator: FakeOperator
 ) -> None:
-    backend = SyncBackend(
+    backend = SyncTrainingBackend(
         KubernetesBackend(namespace="ml", credentials=fake_api.credentials, pool=pool)
     )
 
@@ -581,7 +581,7 @@ async def test_every_wait_that_gives_up_follows_one_rule_also_through_run_to_com
 
     playing = asyncio.ensure_future(run_when_created(operator, "ml", name, queue_it))
     with pytest.raises(AdmissionTimeoutError, match="Insufficient cpu"):
-        await run_to_completion(
+        await arun_to_completion(
             backend, spec(), key=f"give-up-{delete}", retry=FAST_RETRY, timeouts=timeouts
         )
     await playing
@@ -651,7 +651,7 @@ async def test_a_missing_queue_fails_the_job_at_once_and_leaves_nothing_behind(
     playing = asyncio.ensure_future(run_when_created(operator, "ml", name, enqueue_nowhere))
     started = time.monotonic()
     with pytest.raises(JobFailedError) as caught:
-        await run_to_completion(backend, spec(), key="no-queue", retry=FAST_RETRY)
+        await arun_to_completion(backend, spec(), key="no-queue", retry=FAST_RETRY)
     await playing
     assert time.monotonic() - started < 10
     diagnosis = caught.value.diagnosis

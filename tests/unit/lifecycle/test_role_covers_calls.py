@@ -24,7 +24,7 @@ from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.kube.session import SessionPool
 from kubedl_prefect.lifecycle.backend import JobRef, LogLine
 from kubedl_prefect.lifecycle.kubernetes import LABEL_KEY_HASH, KubernetesBackend
-from kubedl_prefect.lifecycle.run import attach
+from kubedl_prefect.lifecycle.run import areattach
 from kubedl_prefect.spec import key_hash, parse_spec
 from tests.support.fakeapi import FakeKubeAPI, RequestRecord
 
@@ -150,7 +150,7 @@ async def test_every_request_of_the_lifecycle_is_allowed_by_the_role(
     assert record is not None
     assert record.latest is not None
     assert record.latest.phase == "Succeeded"
-    run = await attach(ref.to_json(), backend=backend)
+    run = await areattach(ref.to_json(), backend=backend)
     assert (await run.wait_completed()).succeeded
     assert [f.uid for f in await backend.find_jobs({LABEL_KEY_HASH: key_hash("role")})] == [ref.uid]
     await backend.cancel(ref, timeout_s=5)

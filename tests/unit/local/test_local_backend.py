@@ -34,14 +34,14 @@ from kubedl_prefect.lifecycle.backend import (
     JobRef,
     LogLine,
     PhaseUpdate,
-    SyncBackend,
+    SyncTrainingBackend,
     TrainingBackend,
     WaitTimeouts,
 )
 from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
 from kubedl_prefect.lifecycle.records import record_name
-from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
-from kubedl_prefect.lifecycle.run import attach
+from kubedl_prefect.lifecycle.retry import RetryPolicy, arun_to_completion
+from kubedl_prefect.lifecycle.run import areattach
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import job_name, parse_spec
 from tests.unit.local.helpers import SpecFactory, job_processes
@@ -124,11 +124,11 @@ async def test_a_finished_job_is_replayed_from_its_record_without_running_again(
     backend: LocalBackend, workspace: Path, replica_spec: SpecFactory
 ) -> None:
     spec = replica_spec(workers=0)
-    first = await run_to_completion(backend, spec, key="nightly", retry=FAST_RETRY)
+    first = await arun_to_completion(backend, spec, key="nightly", retry=FAST_RETRY)
     assert first.succeeded
     assert not first.replayed
     await backend.cancel(first.ref)  # the job is cleaned up; its record stays
-    again = await run_to_completion(backend, spec, key="nightly", retry=FAST_RETRY)
+    again = await arun_to_completion(backend, spec, key="nightly", retry=FAST_RETRY)
     assert again.replayed
     assert again.succeeded
     assert again.ref == first.ref
@@ -216,7 +216,7 @@ async def test_a_replica_killed_by_sigkill_is_retried_and_the_next_attempt_resum
     def on_attempt(ref: JobRef) -> None:
         attempts.append(ref)
 
-    outcome = await run_to_completion(
+    outcome = await arun_to_completion(
         backend, spec, key="resume", retry=FAST_RETRY, on_attempt=on_attempt
     )
     assert outcome.succeeded
@@ -333,7 +333,7 @@ async def test_a_reference_is_attached_from_a_backend_of_another_workspace(
 ) -> None:
     ref = await backend.submit(replica_spec(workers=0), key="k")
     other = LocalBackend(tmp_path / "elsewhere")
-    run = await attach(ref.to_json(), backend=other)
+    run = await areattach(ref.to_json(), backend=other)
     outcome = await run.wait_completed()
     assert outcome.succeeded
     foreign = JobRef.from_dict({**ref.to_dict(), "cluster": "local://another-machine"})
@@ -390,7 +390,7 @@ async def test_wait_admitted_of_a_failed_job_raises_its_diagnosis_and_of_a_done_
 
 
 def test_the_sync_face_runs_a_job(backend: LocalBackend, replica_spec: SpecFactory) -> None:
-    sync = SyncBackend(backend)
+    sync = SyncTrainingBackend(backend)
     ref = sync.submit(replica_spec(workers=1), key="sync")
     assert sync.attach(ref) == ref
     lines: list[LogLine] = []
@@ -415,7 +415,7 @@ def test_a_job_outlives_its_caller_killed_with_sigkill_and_is_adopted_not_starte
         f"""
         import asyncio, json, sys
         from kubedl_prefect.lifecycle.local import LocalBackend, LocalCapacity
-        from kubedl_prefect.lifecycle.retry import run_to_completion
+        from kubedl_prefect.lifecycle.retry import arun_to_completion
         from kubedl_prefect.spec import parse_spec
 
         spec = parse_spec(json.loads(open({str(tmp_path / "spec.json")!r}).read()))
@@ -424,7 +424,7 @@ def test_a_job_outlives_its_caller_killed_with_sigkill_and_is_adopted_not_starte
         def started(ref):
             print(ref.to_json(), flush=True)
 
-        asyncio.run(run_to_completion(backend, spec, key="crash", on_attempt=started))
+        asyncio.run(arun_to_completion(backend, spec, key="crash", on_attempt=started))
         """
     )
     process = subprocess.Popen(
@@ -440,7 +440,7 @@ def test_a_job_outlives_its_caller_killed_with_sigkill_and_is_adopted_not_starte
     backend = LocalBackend(workspace, capacity=capacity)
     seen: list[JobRef] = []
     outcome = asyncio.run(
-        run_to_completion(backend, spec, key="crash", retry=FAST_RETRY, on_attempt=seen.append)
+        arun_to_completion(backend, spec, key="crash", retry=FAST_RETRY, on_attempt=seen.append)
     )
     assert outcome.succeeded
     assert outcome.ref == first

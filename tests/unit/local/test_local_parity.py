@@ -20,7 +20,7 @@ from kubedl_prefect.kube.session import SessionPool
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate, TrainingBackend
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 from kubedl_prefect.lifecycle.local import LocalBackend
-from kubedl_prefect.lifecycle.retry import RetryPolicy, run_to_completion
+from kubedl_prefect.lifecycle.retry import RetryPolicy, arun_to_completion
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import TrainingJobSpec
 from tests.support.operator import FakeOperator
@@ -45,11 +45,11 @@ async def nightly(
     """A flow's body: train, then replay the same key (it must not train again)."""
     phases: list[PhaseUpdate] = []
     retry = RetryPolicy(max_attempts=2, backoff_s=0.0)
-    outcome = await run_to_completion(
+    outcome = await arun_to_completion(
         backend, spec, key=key, retry=retry, on_phase=phases.append, on_attempt=on_attempt
     )
     attached = (await backend.attach(outcome.ref)) == outcome.ref
-    again = await run_to_completion(backend, spec, key=key, retry=retry)
+    again = await arun_to_completion(backend, spec, key=key, retry=retry)
     await backend.close()
     return Report(
         outcome.succeeded, outcome.ref.attempt, phases[-1].phase, again.replayed, attached

@@ -1,4 +1,7 @@
-"""The run context: default keys, related resources, callbacks in the caller's context; run_sync."""
+"""The run context: default keys, related resources, callbacks in the caller's context.
+
+And run_in_caller_context, the helper behind every sync face.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import pytest
 
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.prefect.context import RunContext, schedule_slot_key
-from kubedl_prefect.prefect.sync import run_sync
+from kubedl_prefect.prefect.sync import run_in_caller_context
 
 FLOW_RUN = uuid.UUID("0b6a2b8e-2f7a-4b7e-9d5e-5b0f2f1d3c11")
 TASK_RUN = uuid.UUID("1c7b3c9f-3a8b-4c8f-8e6f-6c1f3a2e4d22")
@@ -70,18 +73,18 @@ def test_run_sync_runs_a_coroutine_in_the_callers_context_even_inside_a_loop() -
         return MARK.get()
 
     MARK.set("outer")
-    assert run_sync(read) == "outer"
+    assert run_in_caller_context(read) == "outer"
 
     async def nested() -> str:
-        return run_sync(read)  # a sync call from code that runs in a loop
+        return run_in_caller_context(read)  # a sync call from code that runs in a loop
 
-    assert run_sync(nested) == "outer"
+    assert run_in_caller_context(nested) == "outer"
 
     async def fail() -> None:
         raise KubeDLPrefectError("boom")
 
     with pytest.raises(KubeDLPrefectError, match="boom"):
-        run_sync(fail)
+        run_in_caller_context(fail)
 
 
 def test_outside_a_deployment_the_schedule_slot_is_the_default() -> None:

@@ -233,9 +233,9 @@ async def test_async_tasks_submit_wait_and_forward_every_replicas_logs(
     @flow
     async def train() -> TrainingResult:
         saved = await tasks.asubmit_training_job(job(), key="step-by-step")
-        admitted = await tasks.await_for_admission(job(), saved)
+        admitted = await tasks.awatch_admission(job(), saved)
         assert admitted["admitted"]
-        return await tasks.await_for_completion(job(), saved)
+        return await tasks.awatch_completion(job(), saved)
 
     state = await train(return_state=True)
     assert state.is_completed(), state.message
@@ -265,7 +265,7 @@ def test_a_replay_of_a_finished_key_trains_nothing(
     assert first.phase == again.phase == "Succeeded"
     submissions = len(scripted.submitted)
     assert set(scripted.submitted) == {("done-already", 1)}
-    assert submissions == 2  # trigger, then run_to_completion adopting it; none for the replay
+    assert submissions == 2  # trigger, then arun_to_completion adopting it; none for the replay
     assert again.replayed
 
 
@@ -288,8 +288,8 @@ def test_outside_a_flow_a_key_is_required(scripted: ScriptedBackend) -> None:
     from kubedl_prefect.errors import KubeDLPrefectError
 
     with pytest.raises(KubeDLPrefectError, match="pass key="):
-        job().trigger_sync()
-    run = job().trigger_sync(key="scripted")
+        job().start()
+    run = job().start(key="scripted")
     run.wait_for_completion()
     assert run.fetch_result().succeeded
     assert run.to_dict()["ref"]["name"] == job_name("mnist", "scripted", 1)

@@ -83,7 +83,7 @@ async def test_the_block_reports_what_the_spec_allows(caplog: pytest.LogCaptureF
         ("podTemplate.spec.securityContext.runAsUser", PodSecurityLevel.RESTRICTED),
     ]
     with caplog.at_level(logging.WARNING), pytest.raises(KubeDLPrefectError, match="no key"):
-        await job.trigger()  # outside a flow run and without a key: nothing is submitted
+        await job.astart()  # outside a flow run and without a key: nothing is submitted
     logged = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert [line.split(": ")[1] for line in logged] == [w.path for w in warnings]
     assert all(line.startswith("Pod security: ") for line in logged)

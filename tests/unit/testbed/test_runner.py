@@ -13,7 +13,7 @@ from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import Testbed as LazyTestbed
 from kubedl_prefect.testbed import process, restarts
 from kubedl_prefect.testbed.cli import app
-from kubedl_prefect.testbed.cluster import run_sync
+from kubedl_prefect.testbed.cluster import run_blocking_anywhere
 from kubedl_prefect.testbed.components import DEFAULT_PORT_BASE, Layout, Ports
 from kubedl_prefect.testbed.controlplane import APISERVER, KWOK
 from kubedl_prefect.testbed.testbed import Testbed
@@ -98,7 +98,7 @@ async def test_run_works_inside_a_running_event_loop() -> None:
         await asyncio.sleep(0)
         return 42
 
-    assert run_sync(answer()) == 42
+    assert run_blocking_anywhere(answer()) == 42
 
 
 def test_package_exports_the_runner_lazily() -> None:
