@@ -11,19 +11,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 _BACKEND = "kubedl_prefect.lifecycle.kubernetes.backend"
+_OWNERSHIP = "kubedl_prefect.lifecycle.kubernetes.ownership"
+_RECORD_STORE = "kubedl_prefect.lifecycle.kubernetes.record_store"
 
 _EXPORTS = {
     "KubernetesBackend": _BACKEND,
     "LABEL_MANAGED_BY": "kubedl_prefect.kube.labels",
     "MANAGED_BY": "kubedl_prefect.kube.labels",
-    "LABEL_KEY_HASH": _BACKEND,
-    "LABEL_ATTEMPT": _BACKEND,
-    "LABEL_RECORD": _BACKEND,
-    "ANNOTATION_KEY": _BACKEND,
-    "ANNOTATION_SPEC_HASH": _BACKEND,
-    "ANNOTATION_SPEC_NAME": _BACKEND,
-    "attempt_data_key": _BACKEND,
-    "record_object": _BACKEND,
+    "LABEL_KEY_HASH": _OWNERSHIP,
+    "LABEL_ATTEMPT": _OWNERSHIP,
+    "LABEL_RECORD": _OWNERSHIP,
+    "ANNOTATION_KEY": _OWNERSHIP,
+    "ANNOTATION_SPEC_HASH": _OWNERSHIP,
+    "ANNOTATION_SPEC_NAME": _OWNERSHIP,
+    "attempt_data_key": _RECORD_STORE,
+    "record_object": _RECORD_STORE,
 }
 
 __all__ = [
@@ -42,17 +44,16 @@ __all__ = [
 
 if TYPE_CHECKING:
     from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
-    from kubedl_prefect.lifecycle.kubernetes.backend import (
+    from kubedl_prefect.lifecycle.kubernetes.backend import KubernetesBackend
+    from kubedl_prefect.lifecycle.kubernetes.ownership import (
         ANNOTATION_KEY,
         ANNOTATION_SPEC_HASH,
         ANNOTATION_SPEC_NAME,
         LABEL_ATTEMPT,
         LABEL_KEY_HASH,
         LABEL_RECORD,
-        KubernetesBackend,
-        attempt_data_key,
-        record_object,
     )
+    from kubedl_prefect.lifecycle.kubernetes.record_store import attempt_data_key, record_object
 
 
 def __getattr__(name: str) -> Any:

@@ -6,8 +6,9 @@ existing job (409) adopts it when it is ours and made from the same spec, and re
 so a flow that crashed and restarted re-attaches instead of launching a duplicate.
 
 Each logical job also has a small record, a ConfigMap named ``<spec name>-<key hash>`` labelled
-like its jobs (see :mod:`.records`): submission adds each attempt, and a wait that sees an attempt
-end adds how it ended. A replay finds there what happened even after the jobs were cleaned up.
+like its jobs (the label contract is :mod:`.ownership`, the store :mod:`.record_store`):
+submission adds each attempt, and a wait that sees an attempt end adds how it ended. A replay
+finds there what happened even after the jobs were cleaned up.
 
 Waiting never polls: the job, its pods, PodGroups and events are followed through the shared
 informers of the cluster's :class:`~kubedl_prefect.kube.session.KubeSession`; each change wakes
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -37,7 +37,6 @@ from kubedl_prefect.errors import (
     AdoptionRefusedError,
     ConflictError,
     ForbiddenError,
-    InvalidObjectError,
     JobCancelledError,
     JobFailedError,
     KubeAPIError,
@@ -52,7 +51,6 @@ from kubedl_prefect.kube.delivery import delivered
 from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
 from kubedl_prefect.kube.resources import (
-    CONFIG_MAPS,
     EVENTS,
     PODS,
     VOLCANO_PODGROUPS,
@@ -82,6 +80,15 @@ from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
 from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
 from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
+from kubedl_prefect.lifecycle.kubernetes.ownership import (
+    adoption_problem,
+    attempt_of,
+    key_of,
+    owner_annotations,
+    owner_labels,
+    spec_hash_of,
+)
+from kubedl_prefect.lifecycle.kubernetes.record_store import read_record, write_record
 from kubedl_prefect.lifecycle.records import (
     AttemptRecord,
     RunRecord,
@@ -108,7 +115,6 @@ from kubedl_prefect.spec import (
     TrainingJobSpec,
     job_name,
     job_resource,
-    key_hash,
     render,
     spec_hash,
     validate,
@@ -118,13 +124,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LABEL_KEY_HASH = "kubedl-prefect.io/key-hash"
-LABEL_ATTEMPT = "kubedl-prefect.io/attempt"
-LABEL_RECORD = "kubedl-prefect.io/run-record"
-ANNOTATION_KEY = "kubedl-prefect.io/key"
-ANNOTATION_SPEC_HASH = "kubedl-prefect.io/spec-hash"
-ANNOTATION_SPEC_NAME = "kubedl-prefect.io/spec-name"
-_RECORD_WRITE_TRIES = 8
 _OUTAGE_PATIENCE_S = 60.0
 """How long submissions, record reads and a starting wait ride out an unreachable API server."""
 _FORBIDDEN_TRIES = 4
@@ -222,13 +221,8 @@ class KubernetesBackend:
         options = RenderOptions(
             job_name=name,
             namespace=self.namespace,
-            labels={
-                **self.labels,
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_KEY_HASH: key_hash(key),
-                LABEL_ATTEMPT: str(attempt),
-            },
-            annotations={ANNOTATION_KEY: key, ANNOTATION_SPEC_HASH: spec_hash(spec)},
+            labels={**self.labels, **owner_labels(key, attempt=attempt)},
+            annotations=owner_annotations(key, spec_hash(spec)),
             env=extra_env,
         )
         return render(spec, self.dialect, options)
@@ -268,45 +262,23 @@ class KubernetesBackend:
             raise missing from exc
         except ConflictError:
             existing = await client.get(kind, self.namespace, name)
-            self._check_adoptable(existing, manifest)
+            problem = adoption_problem(
+                existing, manifest["metadata"]["annotations"], self.namespace
+            )
+            if problem is not None:
+                raise problem from None
             created = existing
             # An adopted job that has ended keeps the end its waiter recorded.
             adopted_ended = job_status(existing).phase.terminal
         ref = self._ref(created, key, attempt, client.server)
         if not dry_run and not adopted_ended:
-            await self._record(
+            await write_record(
                 client,
                 ref,
                 spec.name,
                 attempt_started(ref),
             )
         return ref
-
-    def _check_adoptable(self, existing: KubeObject, wanted: KubeObject) -> None:
-        name = existing["metadata"]["name"]
-        labels = existing["metadata"].get("labels") or {}
-        annotations = existing["metadata"].get("annotations") or {}
-        want = wanted["metadata"]["annotations"]
-        if (
-            labels.get(LABEL_MANAGED_BY) != MANAGED_BY
-            or annotations.get(ANNOTATION_KEY) != want[ANNOTATION_KEY]
-        ):
-            raise AdoptionRefusedError(
-                f"{existing['kind']} {self.namespace}/{name} already exists and was not created "
-                "by kubedl-prefect for this key",
-                status=409,
-                reason="AlreadyExists",
-                hint="delete it, or submit with another key or spec name",
-            )
-        if annotations.get(ANNOTATION_SPEC_HASH) != want[ANNOTATION_SPEC_HASH]:
-            raise AdoptionRefusedError(
-                f"{existing['kind']} {self.namespace}/{name} exists for this key but was made "
-                f"from another spec (spec hash {annotations.get(ANNOTATION_SPEC_HASH)}, now "
-                f"{want[ANNOTATION_SPEC_HASH]})",
-                status=409,
-                reason="AlreadyExists",
-                hint="a changed spec needs a new key (or cancel the old job first)",
-            )
 
     def _ref(self, obj: KubeObject, key: str, attempt: int, server: str) -> JobRef:
         metadata = obj["metadata"]
@@ -321,7 +293,7 @@ class KubernetesBackend:
             kind=obj["kind"],
             key=key,
             attempt=attempt,
-            spec_hash=(metadata.get("annotations") or {}).get(ANNOTATION_SPEC_HASH, ""),
+            spec_hash=spec_hash_of(obj),
         )
 
     # -- records of logical jobs -----------------------------------------------------------
@@ -339,7 +311,7 @@ class KubernetesBackend:
             name = record_name(spec.name, key)
             try:
                 record = await _outlasting_outages(
-                    lambda: _read_record(client, self.namespace, name)
+                    lambda: read_record(client, self.namespace, name)
                 )
             except ForbiddenError as exc:
                 logger.warning(
@@ -354,65 +326,6 @@ class KubernetesBackend:
             return record
 
         return await self._on_runtime(read())
-
-    async def _record(
-        self, client: KubeClient, ref: JobRef, spec_name: str, entry: AttemptRecord
-    ) -> None:
-        """Write ``entry`` into the record of ``ref``'s logical job: one request.
-
-        Each attempt has a data key of its own (``attempt-<n>``), so a JSON patch adds or
-        replaces it without reading the record first and without conflicts between waiters;
-        the record is created on first use. The patch first tests that the ConfigMap carries
-        our record label (one atomic request): a ConfigMap of that name that is not a record of
-        ours is never written (the server answers 422). A record that cannot be written (RBAC
-        without ConfigMaps, a foreign ConfigMap in the way) is logged, not raised: the job runs
-        on, only a replay after clean-up will not know about it.
-        """
-        name = record_name(spec_name, ref.key)
-        data_key = attempt_data_key(entry.attempt)
-        data = {data_key: json.dumps(entry.to_dict())}
-        patch = [
-            {"op": "test", "path": f"/metadata/labels/{_pointer(LABEL_RECORD)}", "value": "true"},
-            {"op": "add", "path": f"/data/{_pointer(data_key)}", "value": data[data_key]},
-        ]
-        try:
-            for _ in range(_RECORD_WRITE_TRIES):
-                try:
-                    await client.patch(CONFIG_MAPS, ref.namespace, name, patch, patch_type="json")
-                    return
-                except NotFoundError:
-                    pass
-                except InvalidObjectError as exc:
-                    logger.warning(
-                        "not writing the run record %s/%s: that ConfigMap is not a run record of "
-                        "kubedl-prefect (it lacks the label %s=true, or its data) and is left as "
-                        "it is (%s); a replay after the jobs are cleaned up will not know how "
-                        "attempt %d ended. Rename that ConfigMap, or use another key.",
-                        ref.namespace,
-                        name,
-                        LABEL_RECORD,
-                        exc.message,
-                        ref.attempt,
-                    )
-                    return
-                try:
-                    await client.create(
-                        CONFIG_MAPS, ref.namespace, record_object(name, ref, spec_name, data)
-                    )
-                    return
-                except ConflictError:
-                    continue  # created meanwhile by another waiter: patch it
-            logger.warning("could not write the run record %s/%s", ref.namespace, name)
-        except ForbiddenError as exc:
-            logger.warning(
-                "cannot write the run record %s/%s (%s); a replay after the jobs are cleaned up "
-                "will not know how attempt %d ended. Grant configmaps get/create/patch "
-                "(deploy/rbac.yaml).",
-                ref.namespace,
-                name,
-                exc.message,
-                ref.attempt,
-            )
 
     async def _flush_records(self) -> None:
         """Wait for the end records this backend is still writing (before reading records)."""
@@ -434,7 +347,7 @@ class KubernetesBackend:
         """The recorded end of ``ref``'s attempt, if one was seen (same job: same uid)."""
         await self._flush_records()
         try:
-            record = await _read_record(client, ref.namespace, record_name_of(ref.name))
+            record = await read_record(client, ref.namespace, record_name_of(ref.name))
         except (ForbiddenError, AdoptionRefusedError):
             return None
         entry = record.get(ref.attempt) if record is not None else None
@@ -445,7 +358,7 @@ class KubernetesBackend:
     async def _record_end(
         self, client: KubeClient, ref: JobRef, status: JobStatus, diagnosis: Diagnosis | None
     ) -> None:
-        await self._record(
+        await write_record(
             client,
             ref,
             record_name_of(ref.name).rsplit("-", 1)[0],
@@ -860,11 +773,9 @@ class KubernetesBackend:
                                 uid=metadata.get("uid", ""),
                                 api_version=obj.get("apiVersion") or resource.api_version,
                                 kind=obj.get("kind") or resource.kind,
-                                key=(metadata.get("annotations") or {}).get(ANNOTATION_KEY, ""),
-                                attempt=int((metadata.get("labels") or {}).get(LABEL_ATTEMPT, 1)),
-                                spec_hash=(metadata.get("annotations") or {}).get(
-                                    ANNOTATION_SPEC_HASH, ""
-                                ),
+                                key=key_of(obj),
+                                attempt=attempt_of(obj),
+                                spec_hash=spec_hash_of(obj),
                             )
                         )
             return found
@@ -1037,11 +948,6 @@ def _check_namespace(namespace: str) -> None:
         )
 
 
-def _pointer(key: str) -> str:
-    """``key`` as one token of a JSON pointer (RFC 6901: ``~`` and ``/`` escaped)."""
-    return key.replace("~", "~0").replace("/", "~1")
-
-
 def _of_another_job(obj: KubeObject, ref: JobRef) -> bool:
     """Whether ``obj`` is, or is owned by, another job of ``ref``'s name (another uid)."""
     if not ref.uid:
@@ -1086,78 +992,6 @@ def _other_spec(namespace: str, record: RunRecord, wanted_hash: str) -> Adoption
         wanted_hash,
         f"delete the ConfigMap {record_name(record.spec_name, record.key)}",
     )
-
-
-def attempt_data_key(attempt: int) -> str:
-    """The record's data key of one attempt."""
-    return f"attempt-{attempt}"
-
-
-def record_object(name: str, ref: JobRef, spec_name: str, data: dict[str, str]) -> KubeObject:
-    """The ConfigMap that holds the record of `ref`'s logical job, with `data` in it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": name,
-            "namespace": ref.namespace,
-            "labels": {
-                LABEL_MANAGED_BY: MANAGED_BY,
-                LABEL_KEY_HASH: key_hash(ref.key),
-                LABEL_RECORD: "true",
-            },
-            "annotations": {
-                ANNOTATION_KEY: ref.key,
-                ANNOTATION_SPEC_HASH: ref.spec_hash,
-                ANNOTATION_SPEC_NAME: spec_name,
-            },
-        },
-        "data": data,
-    }
-
-
-def _parse_record(obj: KubeObject) -> RunRecord | None:
-    """The record a ConfigMap holds: its annotations and one data key per attempt."""
-    metadata = obj["metadata"]
-    annotations = metadata.get("annotations") or {}
-    attempts = []
-    for data_key, text in sorted((obj.get("data") or {}).items()):
-        if not data_key.startswith("attempt-"):
-            continue
-        try:
-            attempts.append(AttemptRecord.from_dict(json.loads(text)))
-        except (ValueError, KeyError, TypeError) as exc:
-            logger.warning("ignoring %s of the run record %s: %s", data_key, metadata["name"], exc)
-    return RunRecord(
-        spec_name=str(annotations.get(ANNOTATION_SPEC_NAME) or ""),
-        key=str(annotations.get(ANNOTATION_KEY) or ""),
-        spec_hash=str(annotations.get(ANNOTATION_SPEC_HASH) or ""),
-        attempts=tuple(sorted(attempts, key=lambda a: a.attempt)),
-    )
-
-
-async def _read_record(client: KubeClient, namespace: str, name: str) -> RunRecord | None:
-    """The record in the ConfigMap ``namespace/name``; ``None`` when there is none.
-
-    Raises:
-        AdoptionRefusedError: A ConfigMap of that name exists without our record label: it is
-            not read (nor ever written) as a record.
-    """
-    try:
-        obj = await client.get(CONFIG_MAPS, namespace, name)
-    except NotFoundError:
-        return None
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    if labels.get(LABEL_RECORD) != "true":
-        raise AdoptionRefusedError(
-            f"the ConfigMap {namespace}/{name} is not a run record of kubedl-prefect (it lacks "
-            f"the label {LABEL_RECORD}=true): it is neither read nor written as one",
-            status=409,
-            reason="AlreadyExists",
-            hint="rename or delete that ConfigMap if it is no one's, or run the job under "
-            "another key (or spec name)",
-        )
-    return _parse_record(obj)
 
 
 def _has_failed_container(pod: KubeObject) -> bool:
