@@ -143,3 +143,61 @@ def test_awaiting_the_old_async_run_to_completion_warns_and_still_works() -> Non
     finally:
         retry.arun_to_completion = original  # type: ignore[assignment]
     assert seen == ["k"]
+
+
+def _methods(cls: type) -> dict[str, Any]:
+    return {
+        name: member
+        for name, member in inspect.getmembers(cls)
+        if not name.startswith("_")
+        and inspect.isfunction(member)
+        # Old names kept for one release (they warn; see RENAMED) are not part of the rule.
+        and not (member.__doc__ or "").startswith("Deprecated")
+    }
+
+
+def _parameters(function: Any) -> list[inspect.Parameter]:
+    return list(inspect.signature(function).parameters.values())
+
+
+def _public_classes() -> dict[str, type]:
+    classes: dict[str, type] = {}
+    for module_name in FACADES:
+        for value in public(module_name).values():
+            if inspect.isclass(value) and value.__module__.startswith("kubedl_prefect"):
+                classes[f"{value.__module__}.{value.__qualname__}"] = value
+    return classes
+
+
+@pytest.mark.parametrize("qualname", sorted(_public_classes()))
+def test_twin_methods_of_a_class_share_signatures(qualname: str) -> None:
+    """``X``/``aX`` methods of one class (``TrainingJob.start``/``astart``): same signature."""
+    methods = _methods(_public_classes()[qualname])
+    for name, method in methods.items():
+        assert not FORBIDDEN.search(name), f"{qualname}.{name}"
+        twin = methods.get(f"a{name}")
+        if twin is None or not is_async(twin) or is_async(method):
+            continue
+        # Parameters alike; the results may be each other's faces (SyncTrainingJobRun, ...).
+        assert _parameters(method) == _parameters(twin), f"{qualname}.{name}"
+
+
+@pytest.mark.parametrize(
+    "qualname",
+    sorted(q for q, c in _public_classes().items() if re.match(r"(Sync|Async)[A-Z]", c.__name__)),
+)
+def test_a_facade_gives_its_class_the_other_face_with_the_same_signatures(qualname: str) -> None:
+    facade = _public_classes()[qualname]
+    primary_name = re.sub(r"^(Sync|Async)", "", facade.__name__)
+    primaries = [c for c in _public_classes().values() if c.__name__ == primary_name]
+    assert primaries, f"{qualname} faces no {primary_name}"
+    wants_async = facade.__name__.startswith("Async")
+    faced = _methods(primaries[0])
+    shared = sorted(set(_methods(facade)) & set(faced))
+    assert shared, f"{qualname} shares no method with {primary_name}"
+    for name in shared:
+        method = _methods(facade)[name]
+        if is_async(faced[name]) == is_async(method):
+            continue  # a method both faces run the same way (a pure helper)
+        assert is_async(method) is wants_async, f"{qualname}.{name}"
+        assert _parameters(method) == _parameters(faced[name]), f"{qualname}.{name}"
