@@ -11,7 +11,7 @@ Against a real Prefect server (``prefect server start``, its own ``PREFECT_HOME`
   times each of our informers listed (one per kind and namespace means the 50 tasks share one
   watch of each kind);
 - **added latency**: for each job, from the moment the lifecycle returned the outcome
-  (``run_to_completion``, the bare lifecycle) to the task run's end (its ``end_time`` in Prefect),
+  (``arun_to_completion``, the bare lifecycle) to the task run's end (its ``end_time`` in Prefect),
   beside the bare lifecycle's own time from seeing the terminal condition to returning;
 - **Prefect API calls per job**: events emitted, artifact requests (create/update), log lines
   sent and held back, counted by the run's reporter.
@@ -281,10 +281,10 @@ def section(results: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     )
     lines += [
         "",
-        "- *Added* is from the bare lifecycle returning the outcome (`run_to_completion`) to the "
+        "- *Added* is from the bare lifecycle returning the outcome (`arun_to_completion`) to the "
         "task run's end in Prefect: closing the log streams, the summary artifact and Prefect's "
         "own task completion (a first attempt watched to its end needs no record read). *Bare "
-        "lifecycle* is from the watch seeing the terminal condition to `run_to_completion` "
+        "lifecycle* is from the watch seeing the terminal condition to `arun_to_completion` "
         "returning (recording the end included).",
         "- *Open watches* is the API server's count of open WATCH requests per resource in the "
         "namespace, sampled once mid-run; a 0 means that watch was not open at that instant (a "

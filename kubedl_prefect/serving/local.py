@@ -61,6 +61,7 @@ __all__ = [
     "install_server_environment",
     "serve_locally",
     "server_environment",
+    "uv_executable",
     "v2_request",
 ]
 
@@ -115,6 +116,25 @@ def _installed(environment: Path, requirements: Path) -> bool:
     )
 
 
+def uv_executable() -> str | None:
+    """The ``uv`` executable: on ``PATH``, else the one the ``local-serving`` extra installed.
+
+    The extra's ``uv`` package puts its binary in this environment's scripts folder, which is not
+    on ``PATH`` when the interpreter is run by its path (``.venv/bin/python``, a worker).
+    """
+    found = shutil.which("uv")
+    if found is not None:
+        return found
+    try:
+        import uv  # type: ignore[import-untyped,unused-ignore]
+    except ImportError:
+        return None
+    try:
+        return str(uv.find_uv_bin())
+    except FileNotFoundError:
+        return None
+
+
 def install_server_environment(
     environment: Path | None = None,
     *,
@@ -132,7 +152,7 @@ def install_server_environment(
     Args:
         environment: The directory (default: :func:`server_environment`).
         requirements: The pinned requirements file (default: :data:`MLSERVER_REQUIREMENTS`).
-        uv: The ``uv`` executable (default: the one on ``PATH``).
+        uv: The ``uv`` executable (default: :func:`uv_executable`).
         python: The interpreter to base it on (default: this one's version, ``3.X``).
 
     Raises:
@@ -145,11 +165,13 @@ def install_server_environment(
     target = environment or server_environment(requirements)
     if _installed(target, requirements):
         return target
-    uv = uv or shutil.which("uv")
+    uv = uv or uv_executable()
     if uv is None:
         raise LocalServerError(
-            "cannot build the local model server's environment: uv is not on PATH",
-            hint="install uv (`pip install uv`), or build the environment from "
+            "cannot build the local model server's environment: uv is neither on PATH nor "
+            "installed in this environment",
+            hint="install the extra (`pip install 'kubedl-prefect[local-serving]'`), or build "
+            "the environment from "
             f"{requirements} yourself and point ${ENVIRONMENT_VARIABLE} at it",
         )
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -288,3 +288,24 @@ def test_a_server_that_never_gets_ready_is_stopped_at_the_deadline(
         )
     after = {p.pid for p in psutil.Process(os.getpid()).children(recursive=True)}
     assert after <= before
+
+
+def test_uv_is_found_in_this_environment_when_it_is_not_on_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A worker started as `.venv/bin/python -m ...` has no .venv/bin on PATH; the extra's uv
+    # package still knows where its binary is.
+    monkeypatch.setenv("PATH", "/nonexistent")
+    found = local.uv_executable()
+    assert found is not None
+    assert Path(found).name == "uv"
+    assert os.access(found, os.X_OK)
+
+
+def test_without_uv_anywhere_the_error_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "uv_executable", lambda: None)
+    with pytest.raises(LocalServerError) as raised:
+        local.install_server_environment(tmp_path / "env")
+    assert "local-serving" in (raised.value.hint or "")
