@@ -45,6 +45,7 @@ def spec_issues(spec: TrainingJobSpec) -> list[SpecIssue]:
         issues += _pod_template_issues(spec, resolved)
     issues += [*_elastic_issues(spec), *_gang_issues(spec), *_framework_field_issues(spec)]
     issues += [*_env_issues(spec), *_volume_issues(spec), *baseline_issues(spec)]
+    issues += _kueue_label_issues(spec)
     return list(dict.fromkeys(issues))  # top-level settings shared by roles report once
 
 
@@ -77,6 +78,16 @@ def dialect_issues(spec: TrainingJobSpec, dialect: Dialect) -> list[SpecIssue]:
                     "KubeDL PyTorchJobs have no nprocPerNode",
                     "remove nprocPerNode (start one process per GPU in your command), or render "
                     "with --dialect kubeflow",
+                )
+            )
+        if spec.kueue is not None:
+            issues.append(
+                SpecIssue(
+                    "kueue",
+                    "Kueue does not manage KubeDL's kinds (training.kubedl.io): the job would "
+                    f"start at once, outside LocalQueue {spec.kueue.queue} and its quota",
+                    "render with --dialect kubeflow (Kueue manages kubeflow.org/v1 jobs and "
+                    "Trainer's TrainJob), or remove kueue",
                 )
             )
     return issues
@@ -377,6 +388,23 @@ def _gang_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
             f"minAvailable ({spec.gang.min_available}) exceeds the job's {total} replicas, so the "
             "gang could never be admitted",
             f"set minAvailable to {total} or less (or leave it out: all replicas)",
+        )
+
+
+def _kueue_label_issues(spec: TrainingJobSpec) -> Iterator[SpecIssue]:
+    # Kueue's labels belong on the job only (spec.kueue puts them there): `labels` reach the
+    # pods too, where Kueue's pod integration would take each pod for a job of its own.
+    fields = {
+        "kueue.x-k8s.io/queue-name": "queue",
+        "kueue.x-k8s.io/priority-class": "priorityClass",
+    }
+    labels = spec.labels or {}
+    for key in sorted(set(labels) & set(fields)):
+        yield SpecIssue(
+            f"labels.{key}",
+            f"{key} is Kueue's label: set in labels it reaches the pods too, and the job is not "
+            "created suspended",
+            f"remove it from labels and set kueue: {{{fields[key]}: {labels[key]}}}",
         )
 
 

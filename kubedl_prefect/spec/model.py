@@ -125,6 +125,7 @@ __all__ = [
     "HostPath",
     "Int32",
     "KeyRef",
+    "Kueue",
     "LabelSelector",
     "LabelSelectorRequirement",
     "LabelValue",
@@ -228,6 +229,24 @@ class Gang(SpecModel):
     )
     scheduler: ObjectName | None = Field(
         default=None, description="Pod schedulerName, e.g. volcano."
+    )
+
+
+class Kueue(SpecModel):
+    """Admission by Kueue: the LocalQueue the job waits in, and its priority.
+
+    The job is labelled for Kueue and created suspended; Kueue resumes it once the LocalQueue's
+    ClusterQueue has quota for the whole job, and may suspend and requeue it later (the same job
+    resumes; nothing is submitted twice). Kubeflow kinds only: Kueue does not manage KubeDL's.
+    """
+
+    queue: DNS1123Label = Field(
+        description="LocalQueue in the job's namespace (label kueue.x-k8s.io/queue-name)."
+    )
+    priority_class: DNS1123Label | None = Field(
+        default=None,
+        description="WorkloadPriorityClass (label kueue.x-k8s.io/priority-class); it orders the "
+        "queue and decides preemption.",
     )
 
 
@@ -417,6 +436,10 @@ class TrainingJobSpec(ContainerSettings):
         description="Pods deleted when the job finishes: Running (default), All or None.",
     )
     gang: Gang | None = Field(default=None, description="Gang-scheduling settings.")
+    kueue: Kueue | None = Field(
+        default=None,
+        description="Admission by Kueue: LocalQueue and WorkloadPriorityClass (Kubeflow only).",
+    )
     volumes: list[Volume] | None = Field(default=None, description="Volumes for every role.")
     checkpoint: Checkpoint | None = Field(default=None, description="Checkpoint location.")
     network: Network | None = Field(default=None, description="NCCL and host networking.")

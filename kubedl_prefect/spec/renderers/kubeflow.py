@@ -8,10 +8,13 @@ Where the Kubeflow training operator v1.9.3 expects things (read in its CRDs and
   ``nprocPerNode``.
 - The XGBoost container must be named ``xgboost``.
 - MPIJob takes ``slotsPerWorker`` and ``mainContainer`` beside ``runPolicy``.
+- A job in a Kueue LocalQueue is labelled for Kueue and created with ``runPolicy.suspend: true``
+  (:mod:`kubedl_prefect.spec.kueue`).
 """
 
 from __future__ import annotations
 
+from kubedl_prefect.spec.kueue import queued_manifest
 from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.renderers.common import (
     Manifest,
@@ -52,9 +55,10 @@ def render_kubeflow(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
     elif spec.framework is Framework.TENSORFLOW and spec.success_policy is not None:
         body["successPolicy"] = spec.success_policy
     body[info.replica_specs_field] = replica_specs(spec, Dialect.KUBEFLOW, options)
-    return {
+    manifest: Manifest = {
         "apiVersion": resource.api_version,
         "kind": resource.kind,
         "metadata": job_metadata(resolve_job_name(spec, options), spec, options),
         "spec": body,
     }
+    return queued_manifest(manifest, spec)  # Kueue's labels, runPolicy.suspend
