@@ -32,6 +32,7 @@ from kubedl_prefect.spec.types import (
 if TYPE_CHECKING:
     from kubedl_prefect.spec.kube_types import Resources
     from kubedl_prefect.spec.model import ResolvedRole, TrainingJobSpec
+    from kubedl_prefect.spec.renderers.common import RenderOptions
 
 CHECKPOINT_VOLUME = "kubedl-prefect-checkpoint"
 """Name of the volume that mounts ``checkpoint.pvc``."""
@@ -49,9 +50,28 @@ def spec_issues(spec: TrainingJobSpec) -> list[SpecIssue]:
     return list(dict.fromkeys(issues))  # top-level settings shared by roles report once
 
 
-def dialect_issues(spec: TrainingJobSpec, dialect: Dialect) -> list[SpecIssue]:
-    """Problems that make ``spec`` unfit for the operator of ``dialect``."""
+def dialect_issues(
+    spec: TrainingJobSpec, dialect: Dialect, options: RenderOptions | None = None
+) -> list[SpecIssue]:
+    """Problems that make ``spec`` unfit for the operator of ``dialect``.
+
+    ``options`` (the caller's job name) matters to the ``trainer`` dialect only, whose pods'
+    host names are longer than the job's name by the replicated Job's suffix.
+    """
     issues: list[SpecIssue] = []
+    if dialect is Dialect.TRAINER:
+        from kubedl_prefect.spec.renderers.trainer import trainer_issues
+
+        return trainer_issues(spec, options)
+    if spec.runtime is not None:
+        issues.append(
+            SpecIssue(
+                "runtime",
+                f"runtime names a Kubeflow Trainer v2 runtime; the {dialect.value} operator has "
+                "none",
+                "remove runtime, or render with --dialect trainer",
+            )
+        )
     if dialect is Dialect.KUBEDL:
         if spec.framework is Framework.PYTORCH and Role.MASTER not in spec.replicas:
             issues.append(

@@ -164,6 +164,7 @@ __all__ = [
     "StrictInt",
     "SubPath",
     "Toleration",
+    "TrainerRuntime",
     "TrainingJobSpec",
     "Volume",
     "WeightedPodAffinityTerm",
@@ -273,6 +274,22 @@ class Elastic(SpecModel):
     metrics: list[MetricSpec] | None = Field(
         default=None,
         description="Metrics the operator's autoscaler scales the workers on (autoscaling/v2).",
+    )
+
+
+class TrainerRuntime(SpecModel):
+    """The Kubeflow Trainer v2 runtime a ``trainer`` job starts from (its ``runtimeRef``).
+
+    Without it each framework gets the ClusterTrainingRuntime Trainer v2.3.0 installs for it
+    (``torch-distributed``, ``deepspeed-distributed``, ``xgboost-distributed``). Name another
+    one to get its pod template, its gang scheduling (``podGroupPolicy``) or its image.
+    """
+
+    name: ObjectName = Field(description="The runtime's name.")
+    kind: Literal["ClusterTrainingRuntime", "TrainingRuntime"] = Field(
+        default="ClusterTrainingRuntime",
+        description="ClusterTrainingRuntime (cluster-wide) or TrainingRuntime (the job's "
+        "namespace).",
     )
 
 
@@ -461,6 +478,11 @@ class TrainingJobSpec(ContainerSettings):
     nproc_per_node: str | None = Field(
         default=None,
         description="PyTorch, Kubeflow only: processes per pod (auto, cpu, gpu or a number).",
+    )
+    runtime: TrainerRuntime | None = Field(
+        default=None,
+        description="Trainer only: the runtime the TrainJob starts from (default: Trainer's "
+        "own runtime for the framework).",
     )
     pod_security: Literal["baseline", "privileged"] | None = Field(
         default=None,

@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -79,6 +80,18 @@ from kubedl_prefect.spec.renderers.common import (
     volume_mount,
     volume_source,
 )
+from kubedl_prefect.spec.renderers.trainer import (
+    DEFAULT_RUNTIMES,
+    MPI_LAUNCHER_JOB,
+    NODE_JOB,
+    RUNTIME_KINDS,
+    RUNTIME_PATCH_MANAGER,
+    TRAINER_API_GROUP,
+    TRAINER_CONTAINER,
+    VOLCANO_QUEUE_ANNOTATION,
+    trainer_issues,
+    trainer_notes,
+)
 from kubedl_prefect.spec.semantics import (
     KUBEFLOW_MANAGER,
     LAST_APPLIED_ANNOTATION,
@@ -97,6 +110,7 @@ from kubedl_prefect.spec.types import (
     FRAMEWORKS,
     GPU_RESOURCE,
     NCCL_IFNAME_ENV,
+    TRAINJOB_KIND,
     Dialect,
     Framework,
     Role,
@@ -123,6 +137,7 @@ class DialectChoice(StrEnum):
     AUTO = "auto"
     KUBEDL = "kubedl"
     KUBEFLOW = "kubeflow"
+    TRAINER = "trainer"
 
 
 @dataclass(frozen=True)
@@ -163,7 +178,11 @@ class ImportedSpec:
     warnings: tuple[PodSecurityFinding, ...] = ()
 
     def to_yaml(self) -> str:
-        """The spec as YAML, each note a comment above the field it is about."""
+        """The spec as YAML, each note a comment above the field it is about.
+
+        A v1 job's spec also says what rendering it for Kubeflow Trainer v2 (``--dialect
+        trainer``) changes, or why Trainer cannot run it (:meth:`trainer_migration`).
+        """
         header = [
             f"# Imported from the {self.dialect.value} {self.kind} {self.name!r} by "
             "kubedl-prefect import."
@@ -172,7 +191,29 @@ class ImportedSpec:
             f"# Render it with --dialect {self.dialect.value} for the same job"
             + (f" (and --namespace {self.namespace})." if self.namespace else ".")
         )
+        if self.dialect is not Dialect.TRAINER:
+            for line in self.trainer_migration():
+                indent = "  " if line.startswith("  ") else ""
+                wrapped = textwrap.wrap(line.strip(), width=94 - len(indent))
+                header += [f"# {indent}{wrapped[0]}", *(f"# {indent}  {w}" for w in wrapped[1:])]
         return _with_comments(dump_spec(self.spec), self.notes, header)
+
+    def trainer_migration(self) -> list[str]:
+        """What ``--dialect trainer`` (a Kubeflow Trainer v2 ``TrainJob``) does with this spec.
+
+        The settings a TrainJob runs differently (:func:`~.renderers.trainer.trainer_notes`),
+        or, when Trainer cannot run it, each refusal with its fix.
+        """
+        issues = trainer_issues(self.spec)
+        if issues:
+            return [
+                "With --dialect trainer (Kubeflow Trainer v2) this job is refused until:",
+                *(f"  {issue.path}: {issue.problem} (fix: {issue.fix})" for issue in issues),
+            ]
+        return [
+            "With --dialect trainer (Kubeflow Trainer v2) it renders as a TrainJob; what changes:",
+            *(f"  {path}: {text}" for path, text in trainer_notes(self.spec)),
+        ]
 
 
 def dump_imported(imported: Iterable[ImportedSpec]) -> str:
@@ -253,6 +294,8 @@ def import_manifest(
     """
     choice = DialectChoice(dialect) if dialect is not None else DialectChoice.AUTO
     hint = None if choice is DialectChoice.AUTO else Dialect(choice.value)
+    if isinstance(manifest, dict) and manifest.get("kind") == TRAINJOB_KIND:
+        return _TrainJobImporter(manifest, hint, source).run()
     return _Importer(manifest, hint, source).run()
 
 
@@ -1225,6 +1268,367 @@ class _Importer:
                 ],
                 source=self.source,
             )
+
+
+# --- Kubeflow Trainer v2 TrainJobs -----------------------------------------------------------
+
+_TRAINJOB_SPEC_FIELDS: Final = (
+    "runtimeRef",
+    "trainer",
+    "runtimePatches",
+    "activeDeadlineSeconds",
+    "suspend",
+    "managedBy",
+)
+_TRAINER_FIELDS: Final = (
+    "image",
+    "command",
+    "args",
+    "env",
+    "numNodes",
+    "numProcPerNode",
+    "resourcesPerNode",
+)
+_RUNTIME_WORDS: Final = (  # a runtime of one's own, told by its name
+    ("deepspeed", Framework.MPI),
+    ("mpi", Framework.MPI),
+    ("mlx", Framework.MPI),
+    ("xgboost", Framework.XGBOOST),
+    ("torch", Framework.PYTORCH),
+)
+
+
+class _TrainJobImporter(_Importer):
+    """A ``TrainJob`` to a spec: the trainer, the runtime, the runtime patches' pod settings.
+
+    Trainer runs every node from one template, so the spec has one role (PyTorch ``worker``,
+    XGBoost ``master`` and workers, MPI ``launcher`` and workers, as the renderer reads them).
+    """
+
+    def run(self) -> ImportedSpec:
+        manifest = self.manifest
+        bounded = data_issue(manifest, _MANIFEST_DATA_LIMITS)
+        if bounded is not None:
+            raise SpecError([bounded], source=self.source)
+        self.dialect = Dialect.TRAINER
+        api_version = manifest.get("apiVersion")
+        expected = job_resource(Dialect.TRAINER, Framework.PYTORCH).api_version
+        if api_version != expected:
+            raise self.fatal(
+                "apiVersion",
+                f"{api_version!r} is not the TrainJob version Trainer v2.3 serves",
+                f"port the manifest to {expected} first",
+            )
+        if self.hint is not None and self.hint is not Dialect.TRAINER:
+            raise self.fatal(
+                "apiVersion",
+                f"--dialect {self.hint.value} was asked for, but a TrainJob is Kubeflow Trainer's",
+                "use --dialect trainer or --dialect auto",
+            )
+        for key in manifest:
+            if key == "status":
+                self.note("", "The manifest's status was left out.")
+            elif key not in ("apiVersion", "kind", "metadata", "spec"):
+                self.fail(str(key), f"{key!r} is not a field of a TrainJob", "remove it")
+        name, namespace, labels, annotations = self._metadata(manifest.get("metadata"))
+        body = manifest.get("spec")
+        if not isinstance(body, dict):
+            raise self.fatal("spec", "the manifest has no spec", "give the TrainJob's spec")
+        self._job_spec_fields(body)
+        runtime = self._runtime(body.get("runtimeRef"))
+        self.framework = self._framework(runtime)
+        self.info = FRAMEWORKS[self.framework]
+        self.defaults = operator_defaults(Dialect.KUBEFLOW, self.framework)
+        data: dict[str, Any] = {"name": name, "framework": self.framework.value}
+        if runtime != {"name": DEFAULT_RUNTIMES[self.framework]}:
+            data["runtime"] = runtime
+        if body.get("activeDeadlineSeconds") is not None:
+            data["activeDeadlineSeconds"] = body["activeDeadlineSeconds"]
+        parsed, nodes, procs = self._trainer(body.get("trainer"))
+        queue = self._patches(body.get("runtimePatches"), parsed)
+        if queue is not None:
+            data["gang"] = {"queue": queue}
+        if self.issues:
+            raise SpecError(self.issues, source=self.source)
+        self._combine([parsed], data, labels, annotations)
+        self._shape(data, nodes, procs)
+        if self.issues:
+            raise SpecError(self.issues, source=self.source)
+        spec = self._spec(data)
+        self._check_round_trip(spec, namespace)
+        return ImportedSpec(
+            spec=spec,
+            dialect=Dialect.TRAINER,
+            kind=TRAINJOB_KIND,
+            name=name,
+            namespace=namespace,
+            notes=tuple(self.notes),
+            warnings=tuple(pod_security_warnings(spec)),
+        )
+
+    def _job_spec_fields(self, body: dict[str, Any]) -> None:
+        for key, value in body.items():
+            if key in ("suspend", "managedBy"):
+                default = False if key == "suspend" else "trainer.kubeflow.org/trainjob-controller"
+                if value == default:
+                    self.note("", f"spec.{key}: {value!r} (the default) was left out.")
+                else:
+                    self.fail(
+                        f"spec.{key}",
+                        f"spec.{key} has no place in a spec",
+                        f"remove {key} (kubedl-prefect submits, suspends and cancels jobs itself)",
+                    )
+            elif key == "initializer":
+                self.fail(
+                    "spec.initializer",
+                    "the dataset and model initializers have no place in a spec",
+                    "remove spec.initializer (download in the training program, or from an init "
+                    "container of a runtime of your own)",
+                )
+            elif key not in _TRAINJOB_SPEC_FIELDS:
+                what = (
+                    "podTemplateOverrides was replaced by runtimePatches in Trainer v2.2"
+                    if key == "podTemplateOverrides"
+                    else f"spec.{key} is not a field of a TrainJob of Trainer v2.3"
+                )
+                self.fail(f"spec.{key}", what, f"remove spec.{key}, or port it to runtimePatches")
+
+    def _runtime(self, ref: Any) -> dict[str, Any]:
+        if not isinstance(ref, dict) or not isinstance(ref.get("name"), str) or not ref["name"]:
+            raise self.fatal("spec.runtimeRef", "the TrainJob names no runtime", "give runtimeRef")
+        runtime: dict[str, Any] = {"name": ref["name"]}
+        for key, value in ref.items():
+            if key == "apiGroup" and value != TRAINER_API_GROUP:
+                self.fail(
+                    "spec.runtimeRef.apiGroup",
+                    f"runtimeRef.apiGroup {value!r} is not Trainer's",
+                    f"use {TRAINER_API_GROUP} (or leave it out)",
+                )
+            elif key == "kind":
+                if value not in RUNTIME_KINDS:
+                    self.fail(
+                        "spec.runtimeRef.kind",
+                        f"runtimeRef.kind {value!r} is not a runtime kind",
+                        f"use one of: {', '.join(RUNTIME_KINDS)}",
+                    )
+                elif value != RUNTIME_KINDS[0]:
+                    runtime["kind"] = value
+            elif key not in ("name", "apiGroup"):
+                self.fail(f"spec.runtimeRef.{key}", f"runtimeRef.{key} is unknown", "remove it")
+        return runtime
+
+    def _framework(self, runtime: dict[str, Any]) -> Framework:
+        name = str(runtime["name"])
+        for framework, default in DEFAULT_RUNTIMES.items():
+            if name == default:
+                return framework
+        for word, framework in _RUNTIME_WORDS:
+            if word in name:
+                self.note(
+                    "framework",
+                    f"The framework is read from the runtime's name {name!r}: check it.",
+                )
+                return framework
+        self.note(
+            "framework",
+            f"The runtime {name!r} does not say its framework: pytorch is assumed; set "
+            "framework to the runtime's ML policy.",
+        )
+        return Framework.PYTORCH
+
+    def _trainer(self, trainer: Any) -> tuple[_Role, int, Any]:
+        path = "spec.trainer"
+        role = {Framework.MPI: Role.LAUNCHER, Framework.XGBOOST: Role.MASTER}.get(
+            self.framework, Role.WORKER
+        )
+        parsed = _Role(role, path, 1, None)
+        parsed.main_name = self.info.container_name(Dialect.KUBEFLOW)
+        if not isinstance(trainer, dict):
+            self.fail(path, "the TrainJob has no trainer", "give spec.trainer (image, command...)")
+            return parsed, 1, None
+        for key in trainer:
+            if key not in _TRAINER_FIELDS:
+                self.fail(f"{path}.{key}", f"trainer.{key} is unknown", "remove it")
+        for key in ("image", "command", "args"):
+            if key in trainer:
+                if _typed(key, trainer[key]) in (_MISSING, None):
+                    self.fail(f"{path}.{key}", f"trainer.{key} is not valid", "fix it")
+                else:
+                    parsed.settings[key] = trainer[key]
+        if "env" in trainer:
+            env = self._env(trainer["env"])
+            if env is None:
+                self.fail(f"{path}.env", "trainer.env is not a list of variables", "fix it")
+            else:
+                parsed.env = env
+        if "resourcesPerNode" in trainer:
+            resources = self._resources(trainer["resourcesPerNode"])
+            if resources is _MISSING:
+                self.fail(
+                    f"{path}.resourcesPerNode",
+                    "resourcesPerNode has no typed home in a spec",
+                    "give limits and requests of cpu, memory, nvidia.com/gpu...",
+                )
+            elif resources:
+                parsed.settings["resources"] = resources
+        nodes = trainer.get("numNodes", 1)
+        if "numNodes" not in trainer:
+            self.note("replicas", "numNodes 1: the default of Trainer's own runtimes.")
+        if not (isinstance(nodes, int) and not isinstance(nodes, bool) and nodes >= 1):
+            self.fail(f"{path}.numNodes", f"numNodes {nodes!r} is not a node count", "give one")
+            nodes = 1
+        return parsed, nodes, trainer.get("numProcPerNode")
+
+    def _patches(self, patches: Any, parsed: _Role) -> str | None:
+        """The runtime patches, merged, into ``parsed``; the Volcano queue if one is named."""
+        if patches is None:
+            return None
+        path = "spec.runtimePatches"
+        if not isinstance(patches, list):
+            self.fail(path, "runtimePatches must be a list", "fix the manifest")
+            return None
+        queue = None
+        pods: list[tuple[str, Any]] = []
+        for index, patch in enumerate(patches):
+            where = f"{path}[{index}]"
+            if not isinstance(patch, dict):
+                self.fail(where, "a runtime patch must be a mapping", "fix the manifest")
+                continue
+            manager = patch.get("manager")
+            if manager != RUNTIME_PATCH_MANAGER:
+                self.note(
+                    "",
+                    f"The runtime patch of manager {manager!r} is kept in the spec; "
+                    f"kubedl-prefect writes it back under its own ({RUNTIME_PATCH_MANAGER}).",
+                )
+            if "time" in patch:
+                self.note("", f"{where}.time (set by Trainer's webhook) was left out.")
+            for key in patch:
+                if key not in ("manager", "time", "trainingRuntimeSpec"):
+                    self.fail(f"{where}.{key}", f"{key} is not a field of a patch", "remove it")
+            template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+            for key in template:
+                if key not in ("metadata", "spec"):
+                    self.fail(f"{where}.trainingRuntimeSpec.template.{key}", "unknown", "remove")
+            metadata = template.get("metadata") or {}
+            for key, value in metadata.items():
+                if key == "annotations" and set(value or {}) <= {VOLCANO_QUEUE_ANNOTATION}:
+                    queue = (value or {}).get(VOLCANO_QUEUE_ANNOTATION, queue)
+                else:
+                    self.fail(
+                        f"{where}.trainingRuntimeSpec.template.metadata.{key}",
+                        "the JobSet's labels and annotations have no place in a spec (but the "
+                        f"Volcano queue, {VOLCANO_QUEUE_ANNOTATION})",
+                        "remove them, or put them on the TrainJob",
+                    )
+            jobs = (template.get("spec") or {}).get("replicatedJobs") or []
+            for job_index, job in enumerate(jobs):
+                job_path = f"{where}.trainingRuntimeSpec.template.spec.replicatedJobs[{job_index}]"
+                pods.append((job_path, job))
+        self._pod_patches(pods, parsed)
+        return queue
+
+    def _pod_patches(self, jobs: list[tuple[str, Any]], parsed: _Role) -> None:
+        wanted = [NODE_JOB] if self.framework is not Framework.MPI else [MPI_LAUNCHER_JOB, NODE_JOB]
+        merged: dict[str, Any] = {}
+        for path, job in jobs:
+            name = job.get("name") if isinstance(job, dict) else None
+            if name not in wanted:
+                self.fail(
+                    f"{path}.name",
+                    f"a patch of replicated Job {name!r}: the spec patches {', '.join(wanted)}",
+                    "remove it, or run this job without kubedl-prefect",
+                )
+                continue
+            template = job.get("template") or {}
+            if set(template) - {"spec"} or set(template.get("spec") or {}) - {"template"}:
+                self.fail(
+                    f"{path}.template", "a Job's own fields have no place in a spec", "remove"
+                )
+                continue
+            pod = ((template.get("spec") or {}).get("template")) or {}
+            merged[name] = pod if name not in merged else _merge_pod(merged[name], pod)
+        pods = [merged.get(name, {}) for name in wanted]
+        if any(not _same(pod, pods[0]) for pod in pods):
+            self.fail(
+                "spec.runtimePatches",
+                "the launcher's and the nodes' pods are patched differently; a spec gives every "
+                "pod the same settings",
+                "patch both alike",
+            )
+            return
+        pod_patch = copy.deepcopy(pods[0])
+        metadata = pod_patch.get("metadata") or {}
+        parsed.labels = dict(metadata.get("labels") or {})
+        parsed.annotations = dict(metadata.get("annotations") or {})
+        pod = dict(pod_patch.get("spec") or {})
+        containers = pod.pop("containers", None) or []
+        for item in containers:
+            if not isinstance(item, dict) or item.get("name") != TRAINER_CONTAINER:
+                self.fail(
+                    "spec.runtimePatches",
+                    f"a patch of container {item.get('name') if isinstance(item, dict) else item!r}"
+                    ": the spec patches only the training container, node",
+                    "remove it",
+                )
+                continue
+            rest = {k: v for k, v in item.items() if k != "name"}
+            mounts = rest.pop("volumeMounts", None)
+            if isinstance(mounts, list):
+                parsed.mounts = list(mounts)
+            elif mounts is not None:
+                rest["volumeMounts"] = mounts
+            parsed.main_rest.update(rest)
+        if pod.get("initContainers"):
+            self.fail(
+                "spec.runtimePatches", "init container patches have no place in a spec", "remove"
+            )
+            pod.pop("initContainers")
+        self._pod(parsed, pod)
+
+    def _shape(self, data: dict[str, Any], nodes: int, procs: Any) -> None:
+        framework = self.framework
+        if framework is Framework.PYTORCH:
+            data["replicas"] = {"worker": nodes}
+        elif framework is Framework.XGBOOST:
+            data["replicas"] = {"master": 1, **({"worker": nodes - 1} if nodes > 1 else {})}
+        else:
+            if nodes < 2:
+                self.fail(
+                    "spec.trainer.numNodes",
+                    f"an MPI TrainJob of {nodes} node: the spec's MPI jobs have a launcher and "
+                    "at least one worker (numNodes 2 or more)",
+                    "set numNodes to 2 or more",
+                )
+                return
+            launcher: dict[str, Any] = {"count": 1}
+            for key in ("command", "args"):
+                if key in data:
+                    launcher[key] = data.pop(key)
+            data["replicas"] = {"launcher": launcher, "worker": nodes - 1}
+        if procs is None:
+            return
+        if isinstance(procs, bool) or not isinstance(procs, int) or procs < 1:
+            self.fail("spec.trainer.numProcPerNode", f"{procs!r} is not a count", "give one")
+        elif framework is Framework.PYTORCH:
+            data["nprocPerNode"] = str(procs)
+        elif framework is Framework.MPI:
+            data["slotsPerWorker"] = procs
+        else:
+            self.fail(
+                "spec.trainer.numProcPerNode",
+                "numProcPerNode has no place in an XGBoost spec",
+                "remove it",
+            )
+
+
+def _merge_pod(base: Any, override: Any) -> Any:
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge_pod(merged[key], value) if key in merged else value
+        return merged
+    return override
 
 
 # --- small helpers ---------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from kubedl_prefect.spec.quantity import is_quantity, parse_quantity
 from kubedl_prefect.spec.types import (
     API_GROUPS,
     FRAMEWORKS,
+    TRAINJOB_KIND,
     CleanPodPolicy,
     Dialect,
     Framework,
@@ -215,6 +216,8 @@ def operator_view(manifest: Mapping[str, Any], dialect: Dialect | None = None) -
     """
     data: dict[str, Any] = copy.deepcopy(dict(manifest))
     dialect = dialect or dialect_of(str(data.get("apiVersion", "")))
+    if dialect is Dialect.TRAINER and data.get("kind") == TRAINJOB_KIND:
+        return trainjob_view(data)
     framework = framework_of(str(data.get("kind", "")))
     if dialect is None or framework is None or not isinstance(data.get("spec"), dict):
         generic: dict[str, Any] = normal_form(data)
@@ -411,6 +414,113 @@ def _container_defaults(container: dict[str, Any], dialect: Dialect) -> None:
     for item in container.get("env") or []:
         if isinstance(item, dict) and "value" not in item and "valueFrom" not in item:
             item["value"] = ""
+
+
+# --- Kubeflow Trainer v2 ----------------------------------------------------------------------
+
+TRAINER_RUNTIME_GROUP: Final = "trainer.kubeflow.org"
+"""``runtimeRef.apiGroup`` when the TrainJob gives none (the CRD's default)."""
+TRAINER_RUNTIME_KIND: Final = "ClusterTrainingRuntime"
+"""``runtimeRef.kind`` when the TrainJob gives none (the CRD's default)."""
+TRAINER_MANAGER: Final = "trainer.kubeflow.org/trainjob-controller"
+"""``spec.managedBy`` when the TrainJob gives none (the CRD's default)."""
+TRAINER_DEFAULT_NODES: Final = 1
+"""``trainer.numNodes`` when the TrainJob gives none: the ``mlPolicy.numNodes`` of every runtime
+Trainer v2.3.0 installs (a runtime of one's own may say otherwise)."""
+
+
+def trainjob_view(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """A Kubeflow Trainer v2 ``TrainJob`` as the API server and Trainer act on it.
+
+    The CRD's defaults are filled in (``runtimeRef.apiGroup`` and ``kind``, ``suspend: false``,
+    ``managedBy``), ``numNodes`` of the runtimes Trainer installs (1), pod defaults in the
+    trainer (requests from limits, an empty value for an env item without one), and the
+    runtime patches are merged in order into one, without their ``manager`` and ``time``: who
+    owns a patch does not change the job, what it patches does.
+
+    Example:
+        >>> one = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        ...        "metadata": {"name": "a"}, "spec": {"runtimeRef": {"name": "torch-distributed"},
+        ...        "trainer": {"resourcesPerNode": {"limits": {"cpu": 2}}}}}
+        >>> two = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+        ...        "metadata": {"name": "a"}, "spec": {"suspend": False, "runtimeRef": {
+        ...        "name": "torch-distributed", "kind": "ClusterTrainingRuntime"}, "trainer": {
+        ...        "numNodes": 1, "resourcesPerNode": {"limits": {"cpu": "2"},
+        ...        "requests": {"cpu": "2000m"}}}}}
+        >>> differences(trainjob_view(one), trainjob_view(two))
+        []
+    """
+    data: dict[str, Any] = copy.deepcopy(dict(manifest))
+    metadata = {k: v for k, v in (data.get("metadata") or {}).items() if k not in _SERVER_METADATA}
+    annotations = dict(metadata.get("annotations") or {})
+    annotations.pop(LAST_APPLIED_ANNOTATION, None)
+    metadata["annotations"] = annotations
+    body = data.get("spec")
+    if not isinstance(body, dict):
+        generic: dict[str, Any] = normal_form(data)
+        return generic
+    body = dict(body)
+    ref = body.get("runtimeRef")
+    if isinstance(ref, dict):
+        ref = dict(ref)
+        ref.setdefault("apiGroup", TRAINER_RUNTIME_GROUP)
+        ref.setdefault("kind", TRAINER_RUNTIME_KIND)
+        body["runtimeRef"] = ref
+    if body.get("suspend") is False:
+        del body["suspend"]
+    if body.get("managedBy") == TRAINER_MANAGER:
+        del body["managedBy"]
+    trainer = body.get("trainer")
+    if isinstance(trainer, dict):
+        trainer = dict(trainer)
+        trainer.setdefault("numNodes", TRAINER_DEFAULT_NODES)
+        container = {k: trainer[k] for k in ("env",) if k in trainer}
+        if "resourcesPerNode" in trainer:
+            container["resources"] = trainer["resourcesPerNode"]
+        _container_defaults(container, Dialect.KUBEFLOW)
+        container.pop("terminationMessagePolicy", None)
+        if "resources" in container:
+            trainer["resourcesPerNode"] = container.pop("resources")
+        trainer.update(container)
+        body["trainer"] = trainer
+    patches = body.pop("runtimePatches", None)
+    if isinstance(patches, list):
+        merged: Any = {}
+        for patch in patches:
+            if isinstance(patch, dict):
+                content = {k: v for k, v in patch.items() if k not in ("manager", "time")}
+                merged = _merge_named(merged, content)
+        body["runtimePatch"] = merged
+    view: dict[str, Any] = normal_form(
+        {
+            "apiVersion": data.get("apiVersion"),
+            "kind": data.get("kind"),
+            "metadata": metadata,
+            "spec": body,
+        }
+    )
+    return view
+
+
+def _merge_named(base: Any, override: Any) -> Any:
+    """``override`` merged into ``base``: mappings by key, lists of named items by name."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        merged = dict(base)
+        for key, value in override.items():
+            merged[key] = _merge_named(merged[key], value) if key in merged else value
+        return merged
+    named = [
+        isinstance(items, list)
+        and all(isinstance(i, dict) and isinstance(i.get("name"), str) for i in items)
+        for items in (base, override)
+    ]
+    if all(named):
+        items = {item["name"]: item for item in base}
+        for item in override:
+            name = item["name"]
+            items[name] = _merge_named(items[name], item) if name in items else item
+        return list(items.values())
+    return override
 
 
 # --- generic normal form ---------------------------------------------------------------------

@@ -29,6 +29,8 @@ class Dialect(StrEnum):
     """KubeDL, API group ``training.kubedl.io/v1alpha1``."""
     KUBEFLOW = "kubeflow"
     """Kubeflow training operator v1, API group ``kubeflow.org/v1``."""
+    TRAINER = "trainer"
+    """Kubeflow Trainer v2, API group ``trainer.kubeflow.org/v1alpha1``: one ``TrainJob`` kind."""
 
 
 class Role(StrEnum):
@@ -176,9 +178,19 @@ def main_container_names(framework: Framework, container_name: str | None = None
 
 
 API_GROUPS: Final = MappingProxyType(
-    {Dialect.KUBEDL: ("training.kubedl.io", "v1alpha1"), Dialect.KUBEFLOW: ("kubeflow.org", "v1")}
+    {
+        Dialect.KUBEDL: ("training.kubedl.io", "v1alpha1"),
+        Dialect.KUBEFLOW: ("kubeflow.org", "v1"),
+        Dialect.TRAINER: ("trainer.kubeflow.org", "v1alpha1"),
+    }
 )
 """API group and version of the training kinds, per dialect."""
+
+TRAINJOB_KIND: Final = "TrainJob"
+"""Kubeflow Trainer v2's one kind for every framework (the ``trainer`` dialect)."""
+
+TRAINJOB_PLURAL: Final = "trainjobs"
+"""Its plural name."""
 
 COORDINATOR_ROLES: Final = frozenset({Role.MASTER, Role.CHIEF, Role.LAUNCHER})
 """Roles that coordinate the others; their default restart policy is ``ExitCode``."""
@@ -227,10 +239,17 @@ class JobResource:
 def job_resource(dialect: Dialect | str, framework: Framework | str) -> JobResource:
     """The API coordinates of the custom resource for ``framework`` in ``dialect``.
 
+    The ``trainer`` dialect has one kind, ``TrainJob``, whatever the framework.
+
     Example:
         >>> job_resource("kubeflow", "pytorch").api_version
         'kubeflow.org/v1'
+        >>> job_resource("trainer", "mpi").kind
+        'TrainJob'
     """
     info = FRAMEWORKS[Framework(framework)]
-    group, version = API_GROUPS[Dialect(dialect)]
+    chosen = Dialect(dialect)
+    group, version = API_GROUPS[chosen]
+    if chosen is Dialect.TRAINER:
+        return JobResource(group=group, version=version, kind=TRAINJOB_KIND, plural=TRAINJOB_PLURAL)
     return JobResource(group=group, version=version, kind=info.kind, plural=info.plural)

@@ -17,7 +17,8 @@ from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.renderers.common import Manifest, RenderOptions, deep_merge
 from kubedl_prefect.spec.renderers.kubedl import render_kubedl
 from kubedl_prefect.spec.renderers.kubeflow import render_kubeflow
-from kubedl_prefect.spec.types import FRAMEWORKS, Dialect
+from kubedl_prefect.spec.renderers.trainer import render_trainer
+from kubedl_prefect.spec.types import FRAMEWORKS, TRAINJOB_KIND, Dialect
 from kubedl_prefect.spec.validation import as_dialect
 
 __all__ = [
@@ -56,7 +57,8 @@ def render(
 
     Args:
         spec: A valid spec.
-        dialect: ``kubedl`` (``training.kubedl.io/v1alpha1``) or ``kubeflow`` (``kubeflow.org/v1``).
+        dialect: ``kubedl`` (``training.kubedl.io/v1alpha1``), ``kubeflow`` (``kubeflow.org/v1``)
+            or ``trainer`` (Kubeflow Trainer v2's ``TrainJob``, ``trainer.kubeflow.org/v1alpha1``).
         options: Job name, namespace, and labels, annotations and env added by the caller.
 
     Returns:
@@ -72,7 +74,7 @@ def render(
         'kubeflow.org/v1'
     """
     chosen = as_dialect(dialect)
-    issues = dialect_issues(spec, chosen)
+    issues = dialect_issues(spec, chosen, options)
     if issues:
         raise SpecError(issues, source=f"{spec.name} (for {chosen.value})")
     manifest = render_unchecked(spec, chosen, options)
@@ -92,6 +94,8 @@ def render_unchecked(
     options = options or RenderOptions()
     if dialect is Dialect.KUBEDL:
         return render_kubedl(spec, options)
+    if dialect is Dialect.TRAINER:
+        return render_trainer(spec, options)
     return render_kubeflow(spec, options)
 
 
@@ -122,6 +126,8 @@ def manifest_issues(manifest: Manifest) -> list[SpecIssue]:
 
 def _imageless_containers(manifest: Manifest) -> Iterator[SpecIssue]:
     body = manifest.get("spec") or {}
+    if manifest.get("kind") == TRAINJOB_KIND:
+        return  # the runtime gives the image when the trainer has none
     for info in FRAMEWORKS.values():
         for replica_type, replica in (body.get(info.replica_specs_field) or {}).items():
             pod = ((replica or {}).get("template") or {}).get("spec") or {}

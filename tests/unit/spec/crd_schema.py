@@ -33,7 +33,10 @@ from jsonschema import Draft202012Validator, validators
 from jsonschema.exceptions import ValidationError
 
 from kubedl_prefect.spec import Dialect, Framework, job_resource
-from kubedl_prefect.testbed.upstream import KUBEDL, KUBEFLOW_TRAINING, module_file
+from kubedl_prefect.testbed.upstream import KUBEDL, KUBEFLOW_TRAINING, GoModule, module_file
+
+TRAINER = GoModule("github.com/kubeflow/trainer/v2", "v2.3.0")
+"""Kubeflow Trainer v2, whose TrainJob CRD the ``trainer`` dialect renders for."""
 
 _INT_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 _COPIED = (
@@ -73,6 +76,8 @@ def crd_path(dialect: Dialect, framework: Framework) -> Path:
     resource = job_resource(dialect, framework)
     if dialect is Dialect.KUBEDL:
         return module_file(KUBEDL, f"config/crd/bases/{resource.group}_{resource.plural}.yaml")
+    if dialect is Dialect.TRAINER:
+        return module_file(TRAINER, f"manifests/base/crds/{resource.group}_{resource.plural}.yaml")
     return module_file(
         KUBEFLOW_TRAINING, f"manifests/base/crds/{resource.group}_{resource.plural}.yaml"
     )

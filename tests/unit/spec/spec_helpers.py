@@ -11,6 +11,23 @@ REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples"
 INVALID = Path(__file__).resolve().parent / "invalid"
 GOLDEN = REPO / "tests" / "golden"
+V1_DIALECTS = ("kubedl", "kubeflow")
+"""The dialects of the v1 operators (a replica spec per role), whose tests loop over both."""
+
+TRAINER_SPECS = Path(__file__).resolve().parent / "trainer"
+"""Specs written for the ``trainer`` dialect (runtimes, gang queues, MPI as Trainer runs it)."""
+
+TRAINER_REFUSED = frozenset(
+    {"pytorch-elastic.yaml", "pytorch-mnist.yaml", "mpi-horovod.yaml", "tensorflow-mnist.yaml"}
+)
+"""The examples Trainer v2 cannot run (elastic, TensorFlow, backoffLimit, host network...)."""
+
+
+def refused(example: Path, dialect: str) -> bool:
+    """Whether ``dialect``'s operator refuses the example at ``example`` (by design)."""
+    if dialect == "kubedl":
+        return example.name == "pytorch-elastic.yaml"
+    return dialect == "trainer" and example.name in TRAINER_REFUSED
 
 
 def minimal(**fields: Any) -> dict[str, Any]:

@@ -12,16 +12,19 @@ from typing import Any
 
 import pytest
 from conftest import CrdErrors
-from spec_helpers import EXAMPLES
+from spec_helpers import EXAMPLES, TRAINER_SPECS, refused
 
 from kubedl_prefect.errors import SpecError
 from kubedl_prefect.spec import Dialect, Framework, load_spec, render
 
 RENDERABLE = [
-    (example, dialect)
-    for example in sorted(EXAMPLES.glob("*.yaml"))
-    for dialect in Dialect
-    if not (example.name == "pytorch-elastic.yaml" and dialect is Dialect.KUBEDL)
+    *(
+        (example, dialect)
+        for example in sorted(EXAMPLES.glob("*.yaml"))
+        for dialect in Dialect
+        if not refused(example, dialect.value)
+    ),
+    *((spec, Dialect.TRAINER) for spec in sorted(TRAINER_SPECS.glob("*.yaml"))),
 ]
 
 

@@ -11,16 +11,27 @@ import os
 from pathlib import Path
 
 import pytest
-from spec_helpers import EXAMPLES, GOLDEN
+from spec_helpers import EXAMPLES, GOLDEN, TRAINER_SPECS, refused
 
+from kubedl_prefect.errors import SpecError
 from kubedl_prefect.spec import Dialect, dump_manifests, load_spec, render
 
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
+EXAMPLE_SPECS = sorted(EXAMPLES.glob("*.yaml"))
 CASES = [
+    *(
+        (example, dialect)
+        for example in EXAMPLE_SPECS
+        for dialect in Dialect
+        if not refused(example, dialect.value)
+    ),
+    *((spec, Dialect.TRAINER) for spec in sorted(TRAINER_SPECS.glob("*.yaml"))),
+]
+REFUSALS = [
     (example, dialect)
-    for example in sorted(EXAMPLES.glob("*.yaml"))
+    for example in EXAMPLE_SPECS
     for dialect in Dialect
-    if not (example.name == "pytorch-elastic.yaml" and dialect is Dialect.KUBEDL)
+    if refused(example, dialect.value)
 ]
 
 
@@ -41,3 +52,11 @@ def test_no_stale_goldens() -> None:
     expected = {GOLDEN / d.value / e.name for e, d in CASES}
     present = set(GOLDEN.glob("*/*.yaml"))
     assert present == expected
+
+
+@pytest.mark.parametrize(
+    ("example", "dialect"), REFUSALS, ids=[f"{e.stem}-{d.value}" for e, d in REFUSALS]
+)
+def test_refused_combinations_are_refused(example: Path, dialect: Dialect) -> None:
+    with pytest.raises(SpecError):
+        render(load_spec(example), dialect)

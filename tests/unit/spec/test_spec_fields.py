@@ -8,7 +8,7 @@ import pytest
 from conftest import CrdErrors
 from hypothesis import given
 from hypothesis import strategies as st
-from spec_helpers import minimal, paths
+from spec_helpers import V1_DIALECTS, minimal, paths
 from test_spec_properties import PROPERTY_SETTINGS
 
 from kubedl_prefect.errors import SpecError
@@ -170,7 +170,7 @@ def test_no_accepted_spec_renders_a_container_without_an_image(
         spec = parse_spec(data)
     except SpecError:
         return
-    for dialect in Dialect:
+    for dialect in V1_DIALECTS:
         validate(spec, dialect)
         for pod in pods(render(spec, dialect)).values():
             for container in [*pod["containers"], *pod.get("initContainers", [])]:
@@ -191,7 +191,7 @@ def test_ports_render_and_are_checked(crd_errors: CrdErrors) -> None:
             },
         )
     )
-    for dialect in Dialect:
+    for dialect in V1_DIALECTS:
         manifest = render(spec, dialect)
         assert crd_errors(dialect, Framework.PYTORCH, manifest) == []
         master, worker = pods(manifest).values()
@@ -257,7 +257,7 @@ def test_container_name_is_for_mpi_only(crd_errors: CrdErrors) -> None:
             },
         }
     )
-    for dialect in Dialect:
+    for dialect in V1_DIALECTS:
         manifest = render(spec, dialect)
         assert manifest["spec"]["mainContainer"] == "mpi-worker"
         assert [p["containers"][0]["name"] for p in pods(manifest).values()] == [

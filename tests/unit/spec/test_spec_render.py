@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spec_helpers import EXAMPLES, minimal, paths
+from spec_helpers import EXAMPLES, V1_DIALECTS, minimal, paths
 
 from kubedl_prefect.errors import SpecError
 from kubedl_prefect.spec import (
@@ -75,7 +75,7 @@ def test_run_policy_placement_per_kind() -> None:
     assert "backoffLimit" not in kubeflow
 
     mpi = parse_spec(data | {"framework": "mpi", "replicas": {"launcher": 1, "worker": 2}})
-    for dialect in Dialect:
+    for dialect in V1_DIALECTS:
         body = render(mpi, dialect)["spec"]
         assert body["runPolicy"]["backoffLimit"] == 2
         assert body["mainContainer"] == "mpi"
