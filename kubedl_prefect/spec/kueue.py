@@ -68,9 +68,10 @@ def suspend_field(manifest: dict[str, Any]) -> tuple[str, ...] | None:
 def queued_manifest(manifest: dict[str, Any], spec: TrainingJobSpec) -> dict[str, Any]:
     """``manifest`` with what Kueue reads when ``spec`` names a queue: labels, and suspended.
 
-    A renderer calls this last (the Kubeflow one does; a TrainJob renderer calls it the same
-    way: :func:`suspend_field` knows ``spec.suspend``). Without ``spec.kueue`` the manifest is
-    returned unchanged. Changes ``manifest`` in place and returns it.
+    Applied last to a rendered job: by the Kubeflow renderer, and by
+    :func:`~kubedl_prefect.spec.renderers.render_unchecked` to a TrainJob (:func:`suspend_field`
+    knows ``spec.suspend``). Without ``spec.kueue`` the manifest is returned unchanged. Changes
+    ``manifest`` in place and returns it.
 
     Example:
         >>> from kubedl_prefect.spec import parse_spec

@@ -13,6 +13,7 @@ from typing import Final
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import dialect_issues
+from kubedl_prefect.spec.kueue import queued_manifest
 from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.renderers.common import Manifest, RenderOptions, deep_merge
 from kubedl_prefect.spec.renderers.kubedl import render_kubedl
@@ -95,7 +96,9 @@ def render_unchecked(
     if dialect is Dialect.KUBEDL:
         return render_kubedl(spec, options)
     if dialect is Dialect.TRAINER:
-        return render_trainer(spec, options)
+        # Kueue's labels and spec.suspend when spec.kueue names a queue (the Kubeflow renderer
+        # applies them itself).
+        return queued_manifest(render_trainer(spec, options), spec)
     return render_kubeflow(spec, options)
 
 

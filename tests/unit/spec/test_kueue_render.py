@@ -57,10 +57,13 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
-def test_a_queued_kubeflow_job_matches_its_golden_file(name: str) -> None:
-    rendered = dump_manifests([render(parse_spec(SPECS[name]), Dialect.KUBEFLOW)])
-    golden = GOLDEN / f"{name}-kubeflow.yaml"
+CASES = [(name, Dialect.KUBEFLOW) for name in sorted(SPECS)] + [("pytorch", Dialect.TRAINER)]
+
+
+@pytest.mark.parametrize(("name", "dialect"), CASES, ids=[f"{n}-{d.value}" for n, d in CASES])
+def test_a_queued_job_matches_its_golden_file(name: str, dialect: Dialect) -> None:
+    rendered = dump_manifests([render(parse_spec(SPECS[name]), dialect)])
+    golden = GOLDEN / f"{name}-{dialect.value}.yaml"
     if UPDATE:
         golden.write_text(rendered, encoding="utf-8")
     assert golden.is_file(), f"{golden} is missing: run with UPDATE_GOLDEN=1 and review it"
@@ -68,7 +71,7 @@ def test_a_queued_kubeflow_job_matches_its_golden_file(name: str) -> None:
 
 
 def test_no_stale_goldens() -> None:
-    assert {p.name for p in GOLDEN.glob("*.yaml")} == {f"{n}-kubeflow.yaml" for n in SPECS}
+    assert {p.name for p in GOLDEN.glob("*.yaml")} == {f"{n}-{d.value}.yaml" for n, d in CASES}
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -133,6 +136,14 @@ def test_the_field_reads_in_camel_case_and_hashes_only_when_set() -> None:
     plain = parse_spec({k: v for k, v in SPECS["pytorch"].items() if k != "kueue"})
     assert spec_hash(plain) != spec_hash(spec)
     assert "kueue" not in plain.model_dump(by_alias=True, exclude_none=True)
+
+
+def test_a_queued_trainjob_is_created_suspended_and_labelled() -> None:
+    manifest = render(parse_spec(SPECS["pytorch"]), Dialect.TRAINER)
+    assert manifest["kind"] == "TrainJob"
+    assert manifest["spec"]["suspend"] is True
+    assert manifest["metadata"]["labels"][QUEUE_LABEL] == "team-a"
+    assert manifest["metadata"]["labels"][PRIORITY_CLASS_LABEL] == "high"
 
 
 def test_each_kind_suspends_where_it_can() -> None:
