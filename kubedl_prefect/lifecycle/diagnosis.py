@@ -90,11 +90,28 @@ def _diagnosis(
     )
 
 
+JOBSET_REPLICATED_JOB_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+"""A JobSet pod's replicated Job (a TrainJob's ``node`` or ``launcher``): its role."""
+JOB_COMPLETION_INDEX_LABEL = "batch.kubernetes.io/job-completion-index"
+"""An Indexed Job's pod's index (a TrainJob's node rank): its index within the role."""
+
+
 def replica_name(pod: KubeObject) -> str:
-    """The replica a pod runs (``master-0``, ``worker-1``), from either operator's labels."""
+    """The replica a pod runs (``master-0``, ``worker-1``, a TrainJob's ``node-2``).
+
+    Read from either v1 operator's labels, or a JobSet pod's replicated Job and completion index.
+    """
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    role = labels.get("replica-type") or labels.get("training.kubeflow.org/replica-type")
-    index = labels.get("replica-index") or labels.get("training.kubeflow.org/replica-index")
+    role = (
+        labels.get("replica-type")
+        or labels.get("training.kubeflow.org/replica-type")
+        or labels.get(JOBSET_REPLICATED_JOB_LABEL)
+    )
+    index = (
+        labels.get("replica-index")
+        or labels.get("training.kubeflow.org/replica-index")
+        or labels.get(JOB_COMPLETION_INDEX_LABEL)
+    )
     if role is not None and index is not None:
         return f"{role.lower()}-{index}"
     return str((pod.get("metadata") or {}).get("name", "?"))

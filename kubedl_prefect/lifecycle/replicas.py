@@ -3,7 +3,9 @@
 What a replica table shows (the Prefect surface keeps one current as an artifact): the role and
 index the operator gave the pod, the pod, the node it was bound to, the pod's phase and how often
 its containers restarted. Both operators label pods with the role and index
-(``replica-type``/``replica-index`` for KubeDL, ``training.kubeflow.org/replica-*`` for Kubeflow).
+(``replica-type``/``replica-index`` for KubeDL, ``training.kubeflow.org/replica-*`` for Kubeflow);
+a TrainJob's pods carry their replicated Job (``jobset.sigs.k8s.io/replicatedjob-name``: ``node``,
+``launcher``) and their Indexed Job's ``batch.kubernetes.io/job-completion-index``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from kubedl_prefect.kube.resources import KubeObject
-from kubedl_prefect.lifecycle.diagnosis import replica_name
+from kubedl_prefect.lifecycle.diagnosis import (
+    JOB_COMPLETION_INDEX_LABEL,
+    JOBSET_REPLICATED_JOB_LABEL,
+    replica_name,
+)
 
 
 @dataclass(frozen=True)
@@ -48,15 +54,32 @@ node='gpu-1', phase='Running', restarts=2)
     restarts: int
 
 
-_ROLE_ORDER = {"chief": 0, "master": 1, "launcher": 2, "ps": 3, "worker": 4, "evaluator": 5}
+_ROLE_ORDER = {
+    "chief": 0,
+    "master": 1,
+    "launcher": 2,
+    "ps": 3,
+    "worker": 4,
+    "node": 4,
+    "evaluator": 5,
+}
 
 
 def replica_state(pod: KubeObject) -> ReplicaState:
     """The :class:`ReplicaState` of one pod."""
     metadata = pod.get("metadata") or {}
     labels = metadata.get("labels") or {}
-    role = labels.get("replica-type") or labels.get("training.kubeflow.org/replica-type") or ""
-    raw_index = labels.get("replica-index") or labels.get("training.kubeflow.org/replica-index")
+    role = (
+        labels.get("replica-type")
+        or labels.get("training.kubeflow.org/replica-type")
+        or labels.get(JOBSET_REPLICATED_JOB_LABEL)
+        or ""
+    )
+    raw_index = (
+        labels.get("replica-index")
+        or labels.get("training.kubeflow.org/replica-index")
+        or labels.get(JOB_COMPLETION_INDEX_LABEL)
+    )
     try:
         index = int(raw_index) if raw_index is not None else -1
     except ValueError:

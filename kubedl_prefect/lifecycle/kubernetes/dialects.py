@@ -5,14 +5,32 @@ this adapter says how each one labels what it makes from it. KubeDL labels pods
 ``group-name=training.kubedl.io`` + ``job-name`` (a bare ``job-name`` also matches batch Jobs'
 pods) and makes one PodGroup per role, labelled ``kubedl.io/gang-job-name``; the Kubeflow operator
 labels pods ``training.kubeflow.org/job-name`` and makes one PodGroup named like the job.
+
+Kubeflow Trainer v2 (v2.3.0, on JobSet v0.12.0) makes a TrainJob ``x`` into a JobSet ``x`` (its
+owner reference points at the TrainJob), whose controller makes a Job ``x-<replicatedJob>-<i>``
+per replicated Job and a headless Service ``x``, and labels the Jobs and their pods
+``jobset.sigs.k8s.io/jobset-name=x`` (and ``jobset.sigs.k8s.io/replicatedjob-name``); Trainer
+adds no label of its own to them. A runtime with a Volcano (or coscheduling) ``podGroupPolicy``
+gets a PodGroup named ``x``, owned by the TrainJob; Trainer leaves it behind when the job fails
+(kubeflow/trainer#4033), so cancelling deletes it by name as well (:meth:`JobObjects.leftovers`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
-from kubedl_prefect.kube.resources import KubeObject, ResourceKind
+from kubedl_prefect.kube.resources import VOLCANO_PODGROUPS, KubeObject, ResourceKind
 from kubedl_prefect.spec import Dialect
+
+JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
+"""The label JobSet v0.12.0 puts on a JobSet's Jobs and pods (the JobSet's name)."""
+REPLICATED_JOB_LABEL: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+"""The label naming a JobSet pod's replicated Job (``node``, ``launcher``)."""
+JOBSETS: Final = ResourceKind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets")
+"""The JobSet a TrainJob runs as (JobSet v0.12.0)."""
+BATCH_JOBS: Final = ResourceKind("batch", "v1", "Job", "jobs")
+"""Kubernetes Jobs (a JobSet's children)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +50,8 @@ class JobObjects:
         """The label (key, value) every pod of the job carries (indexed by the informer)."""
         if self.dialect == Dialect.KUBEDL:
             return ("job-name", self.name)
+        if self.dialect == Dialect.TRAINER:
+            return (JOBSET_NAME_LABEL, self.name)
         return ("training.kubeflow.org/job-name", self.name)
 
     def is_job(self, obj: KubeObject) -> bool:
@@ -46,7 +66,32 @@ class JobObjects:
                 labels.get("group-name") == "training.kubedl.io"
                 and labels.get("job-name") == self.name
             )
+        if self.dialect == Dialect.TRAINER:
+            return bool(labels.get(JOBSET_NAME_LABEL) == self.name)
         return bool(labels.get("training.kubeflow.org/job-name") == self.name)
+
+    def is_child_job(self, obj: KubeObject) -> bool:
+        """Whether ``obj`` (a batch Job) is one of a TrainJob's JobSet's Jobs."""
+        if self.dialect != Dialect.TRAINER:
+            return False
+        labels = obj["metadata"].get("labels") or {}
+        return bool(labels.get(JOBSET_NAME_LABEL) == self.name)
+
+    def leftovers(self) -> tuple[tuple[ResourceKind, str], ...]:
+        """``(kind, name)`` of what the operator makes for the job and may leave when it goes.
+
+        Deleting a TrainJob lets the garbage collector remove its JobSet (and so its Jobs,
+        pods and Service) and its PodGroup, but a failed TrainJob's PodGroup is known to stay
+        (kubeflow/trainer#4033): cancellation deletes these by name, each a no-op when gone.
+        The v1 operators delete what they made themselves: nothing.
+
+        Example:
+            >>> [(kind.kind, name) for kind, name in JobObjects(Dialect.TRAINER, "x").leftovers()]
+            [('JobSet', 'x'), ('PodGroup', 'x')]
+        """
+        if self.dialect != Dialect.TRAINER:
+            return ()
+        return ((JOBSETS, self.name), (VOLCANO_PODGROUPS, self.name))
 
     def is_podgroup(self, obj: KubeObject) -> bool:
         """Whether ``obj`` is one of the job's Volcano PodGroups."""
