@@ -161,6 +161,10 @@ class LocalBackend:
             :meth:`find_jobs`).
         success_grace_s: After the job succeeded, how long the other replicas may take to end
             by themselves before they are stopped.
+        dialect: The operator whose environment the replicas get: ``trainer`` gives PyTorch
+            jobs Kubeflow Trainer's (``PET_*`` for torchrun), so that a program debugged here
+            runs unchanged in a TrainJob; the default, the v1 operators' (``MASTER_ADDR``,
+            ``RANK``...).
         termination_grace_s: How long a replica gets between SIGTERM and SIGKILL.
 
     Example:
@@ -183,6 +187,7 @@ class LocalBackend:
         labels: Mapping[str, str] | None = None,
         success_grace_s: float = 5.0,
         termination_grace_s: float = 10.0,
+        dialect: Dialect | str | None = None,
     ):
         self.workspace = str(Path(workspace or default_workspace()).expanduser().resolve())
         self.capacity = capacity or machine_capacity()
@@ -192,6 +197,7 @@ class LocalBackend:
         self.labels = dict(labels or {})
         self.success_grace_s = success_grace_s
         self.termination_grace_s = termination_grace_s
+        self.dialect = Dialect(dialect) if dialect is not None else None
         self.host = socket.gethostname()
         self.cluster = f"local://{self.host}"
         self._noticed: set[str] = set()
@@ -344,6 +350,7 @@ class LocalBackend:
             inherited=os.environ,
             job_uid=uid,
             loopback_interface=loopback_interface(),
+            dialect=self.dialect,
         )
         document = self._document(
             spec,

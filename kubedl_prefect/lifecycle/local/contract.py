@@ -23,6 +23,12 @@ role's addresses and the replica's own task). kubedl-prefect adds the checkpoint
 - a checkpoint location that is not a ``file://`` URI (a container path on a volume, an object
   store URI) becomes a directory of the workspace, with the same per-key last segment.
 
+A job for Kubeflow Trainer v2 (``dialect="trainer"``) gets the environment Trainer's torch plugin
+gives a PyTorch TrainJob's nodes instead (:func:`trainer_torch_env`): ``PET_NNODES``,
+``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``, read by
+``torchrun``, which then sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` per process; the v1
+variables (``MASTER_ADDR``, ``RANK``...) are not set, as on Trainer. Every replica is one node.
+
 The functions here decide all of that from the spec and a few facts about the machine; the
 supervisor (:mod:`.supervisor`) only launches what they decide.
 """
@@ -30,6 +36,7 @@ supervisor (:mod:`.supervisor`) only launches what they decide.
 from __future__ import annotations
 
 import json
+import math
 import os
 import posixpath
 import re
@@ -41,7 +48,7 @@ from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.lifecycle.backend import checkpoint_location
 from kubedl_prefect.lifecycle.local.layout import JOB_MARKER_ENV
 from kubedl_prefect.lifecycle.local.state import ReplicaPlan
-from kubedl_prefect.spec import CHECKPOINT_ENV, Framework, Role, TrainingJobSpec
+from kubedl_prefect.spec import CHECKPOINT_ENV, Dialect, Framework, Role, TrainingJobSpec
 from kubedl_prefect.spec.quantity import parse_quantity
 
 LOCAL_HOST: Final = "127.0.0.1"
@@ -58,6 +65,11 @@ CONTRACT_ENV: Final = frozenset(
         "TF_CONFIG",
         "PYTHONUNBUFFERED",
         "CUDA_VISIBLE_DEVICES",
+        "PET_NNODES",
+        "PET_NPROC_PER_NODE",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_MASTER_PORT",
         CHECKPOINT_ENV,
         JOB_MARKER_ENV,
     }
@@ -135,6 +147,56 @@ def launch_env(
     env.update(plan)
     env["PATH"] = os.pathsep.join(p for p in (os.path.dirname(python), env.get("PATH", "")) if p)
     return env
+
+
+def trainer_procs_per_node(spec: TrainingJobSpec) -> str:
+    """``PET_NPROC_PER_NODE`` as Trainer's torch plugin (v2.3.0) sets it for ``spec``.
+
+    ``numProcPerNode`` when the spec gives a number (``nprocPerNode``); else ``auto`` for a node
+    with GPUs, and for one without, its CPUs (the request, else the limit, rounded up), at
+    least 1.
+
+    Example:
+        >>> from kubedl_prefect.spec import parse_spec
+        >>> spec = parse_spec({"name": "m", "image": "i", "replicas": {"worker": 2},
+        ...                    "resources": {"cpu": "2500m"}})
+        >>> trainer_procs_per_node(spec)
+        '3'
+    """
+    if spec.nproc_per_node is not None and spec.nproc_per_node.isdigit():
+        return spec.nproc_per_node
+    resources = spec.resolved_roles()[0].resources
+    if resources is not None and resources.gpus:
+        return "auto"
+    cpu = None
+    if resources is not None:
+        cpu = resources.requests.get("cpu") or resources.cpu or resources.limits.get("cpu")
+    if cpu is None:
+        return "1"
+    return str(max(1, math.ceil(parse_quantity(str(cpu)))))
+
+
+def trainer_torch_env(
+    spec: TrainingJobSpec, node_rank: int, *, port: int, host: str = LOCAL_HOST
+) -> dict[str, str]:
+    """What Trainer's torch plugin gives node ``node_rank`` of a PyTorch TrainJob, locally.
+
+    On a cluster ``PET_MASTER_ADDR`` is node 0's host name (``<job>-node-0-0.<job>``) and
+    ``PET_MASTER_PORT`` 29500; here both are this machine's (``host``, a free ``port``).
+
+    Example:
+        >>> from kubedl_prefect.spec import parse_spec
+        >>> spec = parse_spec({"name": "m", "image": "i", "replicas": {"worker": 2}})
+        >>> trainer_torch_env(spec, 1, port=29511)["PET_NODE_RANK"]
+        '1'
+    """
+    return {
+        "PET_NNODES": str(len(replica_names(spec))),
+        "PET_NPROC_PER_NODE": trainer_procs_per_node(spec),
+        "PET_NODE_RANK": str(node_rank),
+        "PET_MASTER_ADDR": host,
+        "PET_MASTER_PORT": str(port),
+    }
 
 
 def replica_names(spec: TrainingJobSpec) -> list[tuple[Role, int]]:
@@ -285,6 +347,7 @@ def replica_plans(
     inherited: Mapping[str, str] | None = None,
     job_uid: str = "",
     loopback_interface: str = "lo",
+    dialect: Dialect | str | None = None,
 ) -> list[ReplicaPlan]:
     """Every replica's command line and environment, as the operators would give them.
 
@@ -305,6 +368,8 @@ def replica_plans(
         job_uid: The job's uid, the marker every replica carries (:data:`~.layout.JOB_MARKER_ENV`).
         loopback_interface: This machine's loopback interface (``lo``, ``lo0`` on macOS), which
             gloo and NCCL are pinned to (:data:`LOOPBACK_ENV`) unless ``extra_env`` sets them.
+        dialect: The operator whose contract to give: ``trainer`` gives a PyTorch job Kubeflow
+            Trainer's (:func:`trainer_torch_env`); otherwise (``None``) the v1 operators'.
 
     Example:
         >>> from kubedl_prefect.spec import parse_spec
@@ -325,6 +390,12 @@ def replica_plans(
             tf_cluster.setdefault(role.value, []).append(f"{LOCAL_HOST}:{ports[number]}")
     has_master = Role.MASTER in spec.replicas
     world_size = len(replicas)
+    torch_nodes = (
+        dialect is not None
+        and Dialect(dialect) is Dialect.TRAINER
+        and spec.framework is Framework.PYTORCH
+    )
+    node_rank = 0
     free_gpus = list(gpu_ids)
     plans: list[ReplicaPlan] = []
     for resolved in spec.resolved_roles():
@@ -351,7 +422,8 @@ def replica_plans(
             env.update(extra_env or {})
             env[JOB_MARKER_ENV] = job_uid
             env["PYTHONUNBUFFERED"] = "0"
-            env["LOCAL_RANK"] = "0"
+            if not torch_nodes:  # under Trainer, torchrun sets it per process
+                env["LOCAL_RANK"] = "0"
             gpus = resolved.resources.gpus if resolved.resources else 0
             mine, free_gpus = free_gpus[:gpus], free_gpus[gpus:]
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in mine)
@@ -366,12 +438,15 @@ def replica_plans(
                     },
                     sort_keys=True,
                 )
+            elif torch_nodes:
+                env.update(trainer_torch_env(spec, node_rank, port=ports[0]))
             elif has_master:
                 rank = index if resolved.role is Role.MASTER else index + 1
                 env["MASTER_ADDR"] = LOCAL_HOST
                 env["MASTER_PORT"] = str(ports[0])
                 env["WORLD_SIZE"] = str(world_size)
                 env["RANK"] = str(rank)
+            node_rank += 1
             argv = [*(resolved.command or []), *(resolved.args or [])]
             plans.append(
                 ReplicaPlan(
