@@ -380,6 +380,10 @@ class FailureCategory(StrEnum):
     QUOTA_EXCEEDED = "QuotaExceeded"
     LIMIT_RANGE_VIOLATED = "LimitRangeViolated"
     POD_REFUSED = "PodRefused"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    QUEUE_MISCONFIGURED = "QueueMisconfigured"
+    REQUEUING_LIMIT_EXCEEDED = "RequeuingLimitExceeded"
+    WORKLOAD_DEACTIVATED = "WorkloadDeactivated"
     UNKNOWN = "Unknown"
 
 

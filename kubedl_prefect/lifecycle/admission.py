@@ -47,6 +47,14 @@ class AdmissionBlocker(StrEnum):
     LIMIT_RANGE = "LimitRangeViolated"
     POD_REFUSED = "PodRefused"
     OPERATOR_NOT_INSTALLED = "OperatorNotInstalled"
+    # Kueue (lifecycle.kubernetes.kueue): what its Workload says, and its queues.
+    INSUFFICIENT_QUOTA = "InsufficientQuota"
+    WAITING_FOR_PREEMPTION = "WaitingForPreemption"
+    NO_MATCHING_FLAVOR = "NoMatchingFlavor"
+    QUEUE_MISCONFIGURED = "QueueMisconfigured"
+    REQUEUED = "Requeued"
+    REQUEUING_LIMIT = "RequeuingLimitExceeded"
+    WORKLOAD_DEACTIVATED = "WorkloadDeactivated"
 
 
 GENERIC_BLOCKERS = frozenset({AdmissionBlocker.WAITING, AdmissionBlocker.NOT_CREATED})

@@ -80,8 +80,9 @@ def queued_status(status: JobStatus, hold: QueueHold | None) -> JobStatus:
     the message ``requeued: <reason>: <message>``, whatever the operator says of it meanwhile
     (suspended, its pods stopping): it waits to be admitted again, as the same job, so it is
     neither failed nor a new attempt. A job its queue has not admitted yet is ``Queuing``
-    rather than ``Suspended`` or ``Created``. A terminal status is left as it is, and so is
-    any status without a hold (``hold`` is ``None``: no queue manages the job).
+    rather than ``Suspended`` or ``Created``; one it has admitted but the operator has not
+    resumed yet is ``Created``. A terminal status is left as it is, and so is any status without
+    a hold (``hold`` is ``None``: no queue manages the job, or a user suspended it).
 
     Example:
         >>> running = JobStatus(Phase.SUSPENDED, reason="PyTorchJobSuspended")
@@ -108,6 +109,13 @@ def queued_status(status: JobStatus, hold: QueueHold | None) -> JobStatus:
             phase=Phase.QUEUING,
             reason=hold.reason or "Queued",
             message=f"queued{told}",
+        )
+    if hold.admitted and status.phase is Phase.SUSPENDED:
+        return replace(
+            status,
+            phase=Phase.CREATED,
+            reason="Admitted",
+            message="admitted by its queue; waiting for the operator to resume it",
         )
     return status
 

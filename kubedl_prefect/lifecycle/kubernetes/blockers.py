@@ -4,7 +4,8 @@ A job that is not admitted waits for a reason. This module names it, from what a
 read by hand: the operator's events on the job (pods it could not create), the PodGroups'
 conditions and events, the pods' scheduling conditions, and the cluster objects the job refers
 to (Volcano Queues, PriorityClasses, PersistentVolumeClaims, Nodes, ResourceQuotas and
-LimitRanges), read by :mod:`.facts` and passed in as :class:`ClusterFacts`.
+LimitRanges; Kueue's Workload, LocalQueue and ClusterQueue), read by :mod:`.facts` and passed in
+as :class:`ClusterFacts`.
 
 Each blocker is a :class:`Blocker`: a category (:class:`AdmissionBlocker`, a stable contract),
 the object it names, a one-line message, a hint, and a decision, ``permanent`` or not:
@@ -25,8 +26,12 @@ What a read could not check (RBAC) is said in the message instead of failing: pl
 found only in the scheduler's words stay transient then. A cluster autoscaler that triggered a
 scale-up for a pod makes placement blockers transient too: a node with those labels is coming.
 
+Kueue's blockers are decided by :mod:`.kueue` (each with its decision) and come first: a job
+Kueue has not admitted is suspended, so it has no pods for anything else to be about.
+
 Sources are ranked so that the message that names the root cause wins over generic scheduler
-text ("pod group is not ready"): refusals first (pods that do not exist cannot be scheduled),
+text ("pod group is not ready"): Kueue first, then refusals (pods that do not exist cannot be
+scheduled),
 then the objects the job refers to, then placement, then the scheduler's specific words, then
 what is merely pending.
 """
@@ -57,6 +62,7 @@ from kubedl_prefect.lifecycle.kubernetes.demand import (
     template_specs,
     waiting_podgroups,
 )
+from kubedl_prefect.lifecycle.kubernetes.kueue import job_workload, kueue_blocker, kueue_queue
 from kubedl_prefect.lifecycle.kubernetes.operators import operator_blocker
 from kubedl_prefect.lifecycle.kubernetes.scheduler import (
     PLACEMENT_WORDS,
@@ -81,6 +87,9 @@ def fact_request(
     placement = sorted(m for m in messages if PLACEMENT_WORDS.search(m))
     refused = refusals(events)
     queues = job_queues(job, podgroups) if (not podgroups or waiting_podgroups(podgroups)) else []
+    local_queue = kueue_queue(job)
+    metadata = job.get("metadata") or {}
+    uid, version = str(metadata.get("uid") or ""), str(metadata.get("resourceVersion") or "")
     return FactRequest(
         queues=tuple(queues),
         priority_classes=tuple(name for name, _ in needed_priority_classes(job, podgroups)),
@@ -88,6 +97,8 @@ def fact_request(
         nodes=" | ".join(placement) or None,
         quotas=next((m for m in refused if "exceeded quota" in m), None),
         limit_ranges=next((m for m in refused if LIMIT_RANGE.search(m)), None),
+        local_queues=(local_queue,) if local_queue else (),
+        workloads=(uid, version) if local_queue and uid else None,
     )
 
 
@@ -133,6 +144,10 @@ def _find_blocker(
     messages = scheduling_messages(pods, podgroups, events)
     scaling_up = any(e.get("reason") == "TriggeredScaleUp" for e in events)
 
+    # 0. Kueue: a job it has not admitted is suspended, and has no pods to look at.
+    found = _kueue(job, facts, now)
+    if found is not None:
+        return found
     # 1. Pods the API server refuses: nothing else matters until they can be created.
     if len(pods) < expected:
         refused = refusals(events)
@@ -197,6 +212,21 @@ def _find_blocker(
         AdmissionBlocker.WAITING,
         f"waiting for the {scheduler} scheduler{where}",
         f"check that the {scheduler} scheduler runs",
+    )
+
+
+def _kueue(job: KubeObject, facts: ClusterFacts | None, now: float | None) -> Blocker | None:
+    """Kueue's blocker of a job in one of its LocalQueues (see :mod:`.kueue`)."""
+    if kueue_queue(job) is None:
+        return None
+    workloads = facts.workloads if facts is not None else None
+    return kueue_blocker(
+        job,
+        workload=job_workload(job, workloads or []),
+        workloads_read=workloads is not None,
+        local_queues=facts.local_queues if facts is not None else {},
+        cluster_queues=facts.cluster_queues if facts is not None else {},
+        now=now,
     )
 
 

@@ -26,6 +26,10 @@ class FactRequest:
         nodes: The scheduler message that makes the nodes worth reading, if any.
         quotas: The refusal that makes the namespace's ResourceQuotas worth reading, if any.
         limit_ranges: The refusal that makes its LimitRanges worth reading, if any.
+        local_queues: Kueue LocalQueues the job is labelled for (in its namespace); the
+            ClusterQueue each one names is read with it.
+        workloads: ``(uid, resourceVersion)`` of a job in a Kueue LocalQueue: its Workloads
+            (labelled with the uid) are read, and read again when the job changes.
     """
 
     queues: tuple[str, ...] = ()
@@ -34,6 +38,8 @@ class FactRequest:
     nodes: str | None = None
     quotas: str | None = None
     limit_ranges: str | None = None
+    local_queues: tuple[str, ...] = ()
+    workloads: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,10 @@ class ClusterFacts:
         nodes: Every node, when they were read.
         quotas: The namespace's ResourceQuotas, when they were read.
         limit_ranges: The namespace's LimitRanges, when they were read.
+        local_queues: Kueue LocalQueue name to the object, or ``None`` where it does not exist.
+        cluster_queues: Kueue ClusterQueue name to the object, or ``None`` where it does not
+            exist (those the LocalQueues name).
+        workloads: The job's Kueue Workloads (labelled with its uid), when they were read.
         unchecked: What could not be read, and why (``Nodes (forbidden)``).
     """
 
@@ -56,4 +66,7 @@ class ClusterFacts:
     nodes: Sequence[KubeObject] | None = None
     quotas: Sequence[KubeObject] | None = None
     limit_ranges: Sequence[KubeObject] | None = None
+    local_queues: Mapping[str, KubeObject | None] = field(default_factory=dict)
+    cluster_queues: Mapping[str, KubeObject | None] = field(default_factory=dict)
+    workloads: Sequence[KubeObject] | None = None
     unchecked: tuple[str, ...] = ()

@@ -23,7 +23,13 @@ Volcano ``Queue``          ``get`` (cluster-scoped)             ClusterRole
 ``PersistentVolumeClaim``  ``get`` in the job's namespace       Role
 ``ResourceQuota``          ``list`` in the job's namespace      Role
 ``LimitRange``             ``list`` in the job's namespace      Role
+Kueue ``LocalQueue``       ``get`` in the job's namespace       Role
+Kueue ``Workload``         ``list`` in the job's namespace      Role
+Kueue ``ClusterQueue``     ``get`` (cluster-scoped)             ClusterRole
 =========================  ==================================  =====================
+
+A job's Kueue Workloads (labelled with its uid) are read again each time the job itself changes:
+Kueue suspends and resumes the job as it admits, evicts and admits it again.
 """
 
 from __future__ import annotations
@@ -42,6 +48,9 @@ from kubedl_prefect.errors import (
 )
 from kubedl_prefect.kube.client import KubeClient, ObjectList
 from kubedl_prefect.kube.resources import (
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_LOCAL_QUEUES,
+    KUEUE_WORKLOADS,
     NODES,
     PERSISTENT_VOLUME_CLAIMS,
     VOLCANO_QUEUES,
@@ -51,6 +60,7 @@ from kubedl_prefect.kube.resources import (
 from kubedl_prefect.lifecycle.kubernetes.cluster import ClusterFacts, FactRequest
 from kubedl_prefect.lifecycle.kubernetes.operators import operator_not_installed
 from kubedl_prefect.spec import Dialect, Framework, job_resource
+from kubedl_prefect.spec.kueue import JOB_UID_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +104,24 @@ class FactReader:
         queues = await self._get_all(VOLCANO_QUEUES, None, request.queues)
         classes = await self._get_all(PRIORITY_CLASSES, None, request.priority_classes)
         claims = await self._get_all(PERSISTENT_VOLUME_CLAIMS, self.namespace, request.claims)
+        local_queues = await self._get_all(KUEUE_LOCAL_QUEUES, self.namespace, request.local_queues)
+        named = {
+            str(((q or {}).get("spec") or {}).get("clusterQueue") or "")
+            for q in local_queues.values()
+        }
+        cluster_queues = await self._get_all(
+            KUEUE_CLUSTER_QUEUES, None, tuple(sorted(named - {""}))
+        )
+        workloads = None
+        if request.workloads is not None:
+            uid, version = request.workloads
+            workloads = await self._list(
+                KUEUE_WORKLOADS,
+                self.namespace,
+                f"{uid}@{version}",
+                label_selector=f"{JOB_UID_LABEL}={uid}",
+                missing=[],
+            )
         return ClusterFacts(
             queues=queues,
             priority_classes=classes,
@@ -101,6 +129,9 @@ class FactReader:
             nodes=await self._list(NODES, None, request.nodes),
             quotas=await self._list(RESOURCE_QUOTAS, self.namespace, request.quotas),
             limit_ranges=await self._list(LIMIT_RANGES, self.namespace, request.limit_ranges),
+            local_queues=local_queues,
+            cluster_queues=cluster_queues,
+            workloads=workloads,
             unchecked=tuple(self._unchecked.values()),
         )
 
@@ -161,8 +192,19 @@ class FactReader:
         return True, found
 
     async def _list(
-        self, kind: ResourceKind, namespace: str | None, trigger: str | None
+        self,
+        kind: ResourceKind,
+        namespace: str | None,
+        trigger: str | None,
+        *,
+        label_selector: str | None = None,
+        missing: list[KubeObject] | None = None,
     ) -> list[KubeObject] | None:
+        """The objects of ``kind``, read again only when ``trigger`` changes.
+
+        ``missing`` is what a 404 reads as (the kind is not served): ``None``, not read, unless
+        said otherwise.
+        """
         if trigger is None:
             return None
         key = str(kind)
@@ -171,10 +213,14 @@ class FactReader:
             return listed.items
         what = self._what(kind, namespace, None)
         try:
-            found = await self._guarded(what, lambda: self.client.list(kind, namespace))
+            found = await self._guarded(
+                what, lambda: self.client.list(kind, namespace, label_selector=label_selector)
+            )
         except NotFoundError:
-            found = _MISSING
+            found = missing if missing is not None else _MISSING
         items = found.items if isinstance(found, ObjectList) else None
+        if isinstance(found, list):
+            items = found
         self._lists[key] = _Listed(trigger, items)
         return items
 
