@@ -109,6 +109,7 @@ from kubedl_prefect.lifecycle.local.state import (
     job_status,
     lost,
     now_rfc3339,
+    replica_rows,
 )
 from kubedl_prefect.lifecycle.records import (
     AttemptRecord,
@@ -118,6 +119,7 @@ from kubedl_prefect.lifecycle.records import (
     record_name_of,
     recorded_failure,
 )
+from kubedl_prefect.lifecycle.replicas import ReplicaState as ReplicaRow
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.lifecycle.waiting import PhaseTracker, admission_timeout, phase_timeout
 from kubedl_prefect.spec import TrainingJobSpec, job_name, spec_hash
@@ -623,6 +625,29 @@ class LocalBackend:
                     if state.terminal:
                         return
                     await watch.wait(None, None)
+
+    async def replicas(self, ref: JobRef) -> tuple[ReplicaRow, ...]:
+        """The job's replicas now, one row per process, as a cluster's replica table shows pods.
+
+        Empty for a job that is gone.
+        """
+        self._check_reference(ref)
+
+        def read() -> tuple[ReplicaRow, ...]:
+            try:
+                state = JobState.from_dict(read_json(_checked_job_dir(ref) / STATE_FILE))
+            except FileNotFoundError:
+                return ()
+            return replica_rows(state, ref.name, self.host)
+
+        return await asyncio.to_thread(read)
+
+    def checkpoint_location(self, spec: TrainingJobSpec, key: str) -> str | None:
+        """Where the replicas of ``(spec.name, key)`` keep checkpoints on this machine.
+
+        See :func:`~kubedl_prefect.lifecycle.local.contract.local_checkpoint_dir`.
+        """
+        return local_checkpoint_dir(spec, key, self.workspace)
 
     async def find_jobs(self, labels: Mapping[str, str]) -> list[JobRef]:
         """The jobs of the workspace that carry every one of ``labels`` (ended ones too).

@@ -26,6 +26,7 @@ from kubedl_prefect.errors import Diagnosis
 from kubedl_prefect.kube.resources import KubeObject
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState
 from kubedl_prefect.lifecycle.diagnosis import diagnose
+from kubedl_prefect.lifecycle.replicas import ReplicaState as ReplicaRow
 from kubedl_prefect.lifecycle.status import JobStatus, Phase, ReplicaCounts
 
 STATE_SCHEMA: Final = 1
@@ -362,6 +363,45 @@ def admission(state: JobState, host: str) -> AdmissionState:
         scheduled=expected,
         expected=expected,
     )
+
+
+def replica_rows(state: JobState, job_name: str, host: str) -> tuple[ReplicaRow, ...]:
+    """The job's replicas as a cluster's replica table shows pods: one row per process.
+
+    The "pod" is ``<job>-<replica>`` (with its pid while it runs), the "node" this machine.
+
+    Example:
+        >>> state = JobState("Running", (ReplicaState("master-0", "master", 0, "running",
+        ...                                           ProcessIdentity(41, 0.0)),
+        ...                              ReplicaState("worker-0", "worker", 0, "exited",
+        ...                                           exit_code=1)))
+        >>> [(r.replica, r.pod, r.phase) for r in replica_rows(state, "mnist-a1", "box")]
+        [('master-0', 'mnist-a1-master-0 (pid 41)', 'Running'), \
+('worker-0', 'mnist-a1-worker-0', 'Failed')]
+    """
+    rows = []
+    for replica in state.replicas:
+        if replica.phase == "pending":
+            phase = "Pending"
+        elif replica.phase == "running":
+            phase = "Running"
+        else:
+            phase = "Succeeded" if replica.exit_code == 0 else "Failed"
+        pod = f"{job_name}-{replica.name}"
+        if replica.phase == "running" and replica.process is not None:
+            pod = f"{pod} (pid {replica.process.pid})"
+        rows.append(
+            ReplicaRow(
+                replica=replica.name,
+                role=replica.role.lower(),
+                index=replica.index,
+                pod=pod,
+                node=host if replica.phase != "pending" else "",
+                phase=phase,
+                restarts=0,
+            )
+        )
+    return tuple(rows)
 
 
 def _as_pod(replica: ReplicaState, job_name: str, container: str) -> KubeObject:
