@@ -30,7 +30,7 @@ from kubedl_prefect.deprecation import renamed
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.lifecycle.backend import JobRef
 from kubedl_prefect.prefect.context import RunContext
-from kubedl_prefect.prefect.events import JobEvent, emit, job_event
+from kubedl_prefect.prefect.events import CancelReason, JobEvent, emit, job_event
 from kubedl_prefect.prefect.sync import run_in_caller_context
 
 if TYPE_CHECKING:
@@ -131,12 +131,17 @@ async def _places(flow_run_id: UUID) -> list[tuple[ClusterBlock, str]]:
 
 
 async def adelete_flow_run_jobs(
-    flow_run_id: UUID, *, reason: str, ctx: RunContext | None = None
+    flow_run_id: UUID,
+    *,
+    reason: str,
+    ctx: RunContext | None = None,
+    category: CancelReason = CancelReason.CANCELLED,
 ) -> list[JobRef]:
     """Delete every job the flow run created (with pods and PodGroups); return their refs.
 
     Jobs are found by their flow-run label in each place the flow run recorded; deletions wait
     until the pods and PodGroups are gone. A place that cannot be reached is logged and skipped.
+    Each deletion is told as a ``cancelled`` event whose ``kubedl.reason`` is ``category``.
     """
     deleted: list[JobRef] = []
     related = ctx.related() if ctx is not None else _flow_run_related(flow_run_id)
@@ -150,7 +155,11 @@ async def adelete_flow_run_jobs(
             for ref in refs:
                 await backend.cancel(ref)
                 deleted.append(ref)
-                emit(job_event(ref, JobEvent.CANCELLED, reason=reason, related=related))
+                emit(
+                    job_event(
+                        ref, JobEvent.CANCELLED, reason=reason, related=related, category=category
+                    )
+                )
                 logger.info("deleted training job %s/%s (%s)", ref.namespace, ref.name, reason)
         except KubeDLPrefectError as exc:
             logger.warning("clean-up of flow run %s in %s failed: %s", flow_run_id, namespace, exc)
@@ -171,16 +180,28 @@ def _flow_run_related(flow_run_id: UUID) -> list[dict[str, str]]:
 
 def delete_jobs_on_cancellation(flow: Flow[..., Any], flow_run: FlowRun, state: State) -> None:
     """Flow ``on_cancellation`` hook: delete the jobs this flow run created."""
+    ctx = RunContext.of_flow_run(flow_run, flow.name)
     refs = run_in_caller_context(
-        lambda: adelete_flow_run_jobs(flow_run.id, reason="flow run cancelled")
+        lambda: adelete_flow_run_jobs(
+            flow_run.id,
+            reason="flow run cancelled",
+            ctx=ctx,
+            category=CancelReason.FLOW_RUN_CANCELLED,
+        )
     )
     logger.info("flow run %s cancelled: deleted %d training job(s)", flow_run.id, len(refs))
 
 
 def delete_jobs_on_crash(flow: Flow[..., Any], flow_run: FlowRun, state: State) -> None:
     """Flow ``on_crashed`` hook: delete the jobs this flow run created."""
+    ctx = RunContext.of_flow_run(flow_run, flow.name)
     refs = run_in_caller_context(
-        lambda: adelete_flow_run_jobs(flow_run.id, reason="flow run crashed")
+        lambda: adelete_flow_run_jobs(
+            flow_run.id,
+            reason="flow run crashed",
+            ctx=ctx,
+            category=CancelReason.FLOW_RUN_CRASHED,
+        )
     )
     logger.info("flow run %s crashed: deleted %d training job(s)", flow_run.id, len(refs))
 
@@ -218,7 +239,15 @@ def rollback_training_job(transaction: Transaction) -> None:
             await backend.cancel(ref, timeout_s=job.timeouts.cancel_s)
         finally:
             await backend.close()
-        emit(job_event(ref, JobEvent.CANCELLED, reason="rolled back: a later step failed"))
+        emit(
+            job_event(
+                ref,
+                JobEvent.CANCELLED,
+                reason="rolled back: a later step failed",
+                related=RunContext.capture().related(),
+                category=CancelReason.ROLLED_BACK,
+            )
+        )
 
     run_in_caller_context(delete)
     logger.info("rolled back training job %s/%s", ref.namespace, ref.name)

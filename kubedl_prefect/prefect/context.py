@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from uuid import UUID
 
+from prefect.client.schemas.objects import FlowRun
 from prefect.context import FlowRunContext, TaskRunContext
 from prefect.exceptions import MissingContextError
 from prefect.logging import get_logger, get_run_logger
@@ -47,6 +48,12 @@ class RunContext:
         task_name: The task's name (``run-training-job``).
         logger: The run's logger (lines reach the Prefect UI), else a plain one.
         context: The context variables at capture time.
+        deployment_name: The deployment's name, when known without a request.
+        work_pool_id: The work pool the flow run was submitted through, if any.
+        work_pool_name: Its name.
+        work_queue_id: The work queue, if any.
+        work_queue_name: Its name.
+        tags: The flow run's tags.
     """
 
     flow_run_id: UUID | None
@@ -59,6 +66,12 @@ class RunContext:
     task_name: str | None
     logger: Logger
     context: contextvars.Context
+    deployment_name: str | None = None
+    work_pool_id: UUID | None = None
+    work_pool_name: str | None = None
+    work_queue_id: UUID | None = None
+    work_queue_name: str | None = None
+    tags: tuple[str, ...] = ()
 
     @classmethod
     def capture(cls) -> RunContext:
@@ -86,6 +99,24 @@ class RunContext:
             task_name=task_ctx.task.name if task_ctx is not None else None,
             logger=logger,
             context=contextvars.copy_context(),
+            **_placement(flow_run),
+        )
+
+    @classmethod
+    def of_flow_run(cls, flow_run: FlowRun, flow_name: str | None = None) -> RunContext:
+        """The context of a flow run known by its record (a flow run hook, another process)."""
+        return cls(
+            flow_run_id=flow_run.id,
+            flow_run_name=flow_run.name,
+            flow_id=flow_run.flow_id,
+            flow_name=flow_name,
+            deployment_id=flow_run.deployment_id,
+            task_run_id=None,
+            task_run_name=None,
+            task_name=None,
+            logger=get_logger("kubedl_prefect"),
+            context=contextvars.copy_context(),
+            **_placement(flow_run),
         )
 
     def default_key(self, spec_name: str) -> str:
@@ -108,32 +139,34 @@ class RunContext:
         return f"{self.flow_run_id}/{self.task_name or spec_name}"
 
     def related(self) -> list[dict[str, str]]:
-        """The flow run, task run and flow as related resources of an event."""
+        """The Prefect objects of the run, as related resources of an event.
+
+        The flow run, task run, flow, deployment, work pool, work queue and tags, with the ids
+        and roles Prefect gives them itself (``prefect.deployment.<id>``, role ``deployment``),
+        so that an automation matches them as it matches Prefect's own events. Prefect's events
+        worker adds what is missing when the event is sent inside the run; these are there
+        also when it is not (a flow run hook, a callback thread).
+        """
         related: list[dict[str, str]] = []
-        if self.flow_run_id is not None:
-            related.append(
-                {
-                    "prefect.resource.id": f"prefect.flow-run.{self.flow_run_id}",
-                    "prefect.resource.role": "flow-run",
-                    "prefect.resource.name": self.flow_run_name or "",
+
+        def add(kind: str, ident: object, name: str | None) -> None:
+            if ident is not None:
+                resource = {
+                    "prefect.resource.id": f"prefect.{kind}.{ident}",
+                    "prefect.resource.role": kind,
                 }
-            )
-        if self.task_run_id is not None:
-            related.append(
-                {
-                    "prefect.resource.id": f"prefect.task-run.{self.task_run_id}",
-                    "prefect.resource.role": "task-run",
-                    "prefect.resource.name": self.task_run_name or "",
-                }
-            )
-        if self.flow_id is not None:
-            related.append(
-                {
-                    "prefect.resource.id": f"prefect.flow.{self.flow_id}",
-                    "prefect.resource.role": "flow",
-                    "prefect.resource.name": self.flow_name or "",
-                }
-            )
+                if name:
+                    resource["prefect.resource.name"] = name
+                related.append(resource)
+
+        add("flow-run", self.flow_run_id, self.flow_run_name or "")
+        add("task-run", self.task_run_id, self.task_run_name or "")
+        add("flow", self.flow_id, self.flow_name or "")
+        add("deployment", self.deployment_id, self.deployment_name)
+        add("work-pool", self.work_pool_id, self.work_pool_name)
+        add("work-queue", self.work_queue_id, self.work_queue_name)
+        for tag in sorted(set(self.tags)):
+            add("tag", tag, None)
         return related
 
     def bind(self, callback: Callable[[T], object]) -> Callable[[T], None]:
@@ -152,6 +185,35 @@ class RunContext:
     def call(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function(*args)`` inside a fresh copy of the captured context."""
         return self.context.copy().run(function, *args)
+
+
+def _placement(flow_run: FlowRun | None) -> dict[str, Any]:
+    """Where a flow run runs: its deployment's name (if cached), work pool, queue and tags."""
+    if flow_run is None:
+        return {}
+    return {
+        "deployment_name": _deployment_name(flow_run.deployment_id),
+        "work_pool_id": flow_run.work_pool_id,
+        "work_pool_name": flow_run.work_pool_name,
+        "work_queue_id": flow_run.work_queue_id,
+        "work_queue_name": flow_run.work_queue_name,
+        "tags": tuple(flow_run.tags or ()),
+    }
+
+
+def _deployment_name(deployment_id: UUID | None) -> str | None:
+    """The deployment's name, read once per process (Prefect's runtime caches it)."""
+    if deployment_id is None:
+        return None
+    try:
+        from prefect.runtime import deployment
+
+        if deployment.id != str(deployment_id):
+            return None  # another run's deployment: its name would cost a request
+        name = deployment.name
+    except Exception:  # the name is cosmetic: an API that does not answer leaves it out
+        return None
+    return str(name) if name else None
 
 
 def schedule_slot_key(default: str | None = None) -> str:

@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from kubedl_prefect.errors import Diagnosis
+from kubedl_prefect.errors import Diagnosis, WaitTimeoutError
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.backend import JobRef, LogLine, PhaseUpdate, TrainingBackend
 from kubedl_prefect.lifecycle.replicas import ReplicaState
 from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.prefect.artifacts import ArtifactWriter, parse_progress
 from kubedl_prefect.prefect.context import RunContext
-from kubedl_prefect.prefect.events import JobEvent, emit, job_event, phase_event
+from kubedl_prefect.prefect.events import CancelReason, JobEvent, emit, job_event, phase_event
 from kubedl_prefect.prefect.logs import DEFAULT_BURST, DEFAULT_RATE, LogForwarder
 from kubedl_prefect.prefect.results import Timeline, TrainingResult
 
@@ -85,6 +85,11 @@ class JobReporter:
         self._progressed = False
         self._told: tuple[str, str, str] | None = None
         self._admitted: set[str] = set()
+        self._blockers: dict[str, str] = {}
+        """uid -> what the attempt last waited for (a label of its later events)."""
+        self._failures: dict[str, tuple[JobRef, PhaseUpdate]] = {}
+        """uid -> the Failed update whose event waits for the diagnosis (:meth:`failed`)."""
+        self._failed_told: set[str] = set()
         self.last_line_at = 0.0
         """When the last log line arrived (monotonic clock)."""
 
@@ -111,16 +116,64 @@ class JobReporter:
         """A log callback for the lifecycle, bound to the run's context."""
         return self.ctx.bind(self._line)
 
-    def cancelled(self, ref: JobRef, reason: str) -> None:
+    def cancelled(
+        self, ref: JobRef, reason: str, category: CancelReason = CancelReason.CANCELLED
+    ) -> None:
         """The job was cancelled (deleted by us, or under us)."""
         self._safely(
             "the cancelled event",
             self._emit,
-            job_event(ref, JobEvent.CANCELLED, reason=reason, related=self.ctx.related()),
+            job_event(
+                ref,
+                JobEvent.CANCELLED,
+                reason=reason,
+                related=self.ctx.related(),
+                category=category,
+                blocker=self._blockers.get(ref.uid, ""),
+            ),
         )
 
+    def timed_out(self, ref: JobRef, error: WaitTimeoutError) -> None:
+        """A wait ran out of time and the job was deleted: a ``cancelled`` event says why.
+
+        An admission that timed out names what held it back last (``kubedl.blocker``).
+        """
+        blocker = getattr(error, "blocker", None)
+        if blocker:
+            self._blockers[ref.uid] = str(blocker)
+        self.cancelled(ref, error.message, CancelReason.of_timeout(error.phase))
+
+    def failed(self, ref: JobRef, diagnosis: Diagnosis | None) -> None:
+        """An attempt failed and was diagnosed: its ``failed`` event, with the diagnosis.
+
+        The event is the one of the Failed phase change the watch saw (same id and time), held
+        back until the diagnosis is known; without one (a job failed before it was watched, a
+        permanent blocker) it is told from the diagnosis alone. Told once per attempt.
+        """
+        if ref.uid in self._failed_told:
+            return
+        self._failed_told.add(ref.uid)
+        held = self._failures.pop(ref.uid, None)
+        update = held[1] if held is not None else None
+        event = job_event(
+            ref,
+            JobEvent.FAILED,
+            update=update,
+            diagnosis=diagnosis,
+            related=self.ctx.related(),
+            blocker=self._blockers.get(ref.uid, ""),
+        )
+        self._safely("the failed event", self.ctx.call, self._emit, event)
+
     def finished(self, result: TrainingResult, diagnosis: Diagnosis | None = None) -> None:
-        """The run ended: the progress at 100%, held-back log counts, the summary artifact."""
+        """The run ended: the progress at 100%, held-back log counts, the summary artifact.
+
+        A Failed phase whose diagnosis was not told yet is told now, with the run's diagnosis
+        when it is that attempt's.
+        """
+        final = diagnosis or result.failure()
+        for ref, _ in list(self._failures.values()):
+            self.failed(ref, final if ref.uid == result.ref.get("uid") else None)
 
         def finish() -> None:
             # The terminal phase change refreshed the replica table; an update Prefect never
@@ -153,6 +206,9 @@ class JobReporter:
         if told == self._told:
             return
         self._told = told
+        if update.phase == Phase.QUEUING and update.admission and update.admission.blocker:
+            self._blockers[ref.uid] = str(update.admission.blocker)
+        blocker = self._blockers.get(ref.uid, "")
         started = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED)
         if update.phase == Phase.ADMITTED:
             self._admitted.add(ref.uid)
@@ -160,12 +216,19 @@ class JobReporter:
             # The wait first saw the job past admission (it was admitted before anyone
             # looked): admission is still a milestone automations wait for.
             self._admitted.add(ref.uid)
-            admitted = job_event(ref, JobEvent.ADMITTED, update=update, related=self.ctx.related())
+            admitted = job_event(
+                ref, JobEvent.ADMITTED, update=update, related=self.ctx.related(), blocker=blocker
+            )
             admitted.payload["phase"] = str(Phase.ADMITTED)
             self._safely("the admitted event", self._emit, admitted)
-        event = phase_event(ref, update, self.ctx.related())
-        if event is not None:
-            self._safely(f"the {event.event} event", self._emit, event)
+        if update.phase == Phase.FAILED:
+            # Told by failed(), with the diagnosis the run gets next.
+            if ref.uid not in self._failed_told:
+                self._failures[ref.uid] = (ref, update)
+        else:
+            event = phase_event(ref, update, self.ctx.related(), blocker=blocker)
+            if event is not None:
+                self._safely(f"the {event.event} event", self._emit, event)
         if update.phase.terminal:
             level = logging.INFO if update.phase == "Succeeded" else logging.WARNING
             self.ctx.logger.log(level, "training job %s: %s", ref.name, update.phase)

@@ -22,24 +22,34 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from prefect.blocks.abstract import JobRun
 
-from kubedl_prefect.errors import JobCancelledError, JobFailedError, KubeDLPrefectError
+from kubedl_prefect.errors import (
+    AdmissionTimeoutError,
+    JobCancelledError,
+    JobFailedError,
+    KubeDLPrefectError,
+    WaitTimeoutError,
+)
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
     JobRef,
+    LogCallback,
     LogLine,
+    PhaseCallback,
     TrainingBackend,
+    WaitTimeouts,
     checkpoint_location,
 )
-from kubedl_prefect.lifecycle.records import ReplayStep, replay_step
+from kubedl_prefect.lifecycle.records import ReplayStep, RunRecord, replay_step
 from kubedl_prefect.lifecycle.retry import arun_to_completion
 from kubedl_prefect.lifecycle.run import as_ref
 from kubedl_prefect.prefect import cleanup
 from kubedl_prefect.prefect.context import RunContext
+from kubedl_prefect.prefect.events import CancelReason
 from kubedl_prefect.prefect.reporting import JobReporter
 from kubedl_prefect.prefect.results import TrainingResult, training_result
 from kubedl_prefect.prefect.sync import run_in_caller_context
@@ -236,7 +246,13 @@ class TrainingJobRun(JobRun[TrainingResult]):
                 self.ref, timeout_s=limit, on_phase=self.reporter.on_phase()
             )
         except JobCancelledError as exc:
-            self.reporter.cancelled(self.ref, exc.message)
+            self.reporter.cancelled(self.ref, exc.message, CancelReason.DELETED)
+            raise
+        except AdmissionTimeoutError as exc:
+            self.reporter.timed_out(self.ref, exc)  # the backend deleted the job
+            raise
+        except JobFailedError as exc:
+            self.reporter.failed(self.ref, exc.diagnosis)
             raise
 
     async def wait_for_completion(self) -> None:  # type: ignore[override]
@@ -274,7 +290,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
         error: BaseException | None = None
         try:
             outcome = await arun_to_completion(
-                self.backend,
+                _Reported(self.backend, self.reporter),
                 self.spec,
                 key=self.key,
                 retry=self.job.retry.policy(),
@@ -328,7 +344,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
         if ref is None:
             return
         if isinstance(error, JobCancelledError):
-            self.reporter.cancelled(ref, error.message)
+            self.reporter.cancelled(ref, error.message, CancelReason.DELETED)
         diagnosis = error.diagnosis if isinstance(error, JobFailedError) else None
         if outcome is not None:
             phase = str(outcome.status.phase)
@@ -354,12 +370,12 @@ class TrainingJobRun(JobRun[TrainingResult]):
             timeline=self.reporter.timeline,
             record=record,
             started_at=self.started_at,
-            checkpoint=checkpoint_location(self.spec, self.key),
+            checkpoint=_checkpoint(self.backend, self.spec, self.key),
             outcome=outcome,
             diagnosis=diagnosis,
         )
         self._result, self._error = result, error
-        await asyncio.to_thread(self.reporter.finished, result)
+        await asyncio.to_thread(self.reporter.finished, result, diagnosis)
 
     async def _finish_recorded(self) -> None:
         """The record says the logical job ended: report it without training again."""
@@ -409,7 +425,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
         """Delete the current attempt's job and wait until its pods and PodGroups are gone."""
         ref = self.ref
         await self.backend.cancel(ref, timeout_s=self.job.timeouts.cancel_s)
-        self.reporter.cancelled(ref, "cancelled by the flow")
+        self.reporter.cancelled(ref, "cancelled by the flow", CancelReason.CANCELLED)
         self.ctx.logger.info("training job %s/%s cancelled", ref.namespace, ref.name)
 
     async def logs(self, on_line: Callable[[LogLine], object] | None = None) -> None:
@@ -426,6 +442,80 @@ class TrainingJobRun(JobRun[TrainingResult]):
 
     async def close(self) -> None:
         """Release the backend's connections (the job is not touched)."""
+        await self.backend.close()
+
+
+@runtime_checkable
+class CheckpointPlace(Protocol):
+    """A backend that keeps checkpoints somewhere of its own (the local one: its workspace)."""
+
+    def checkpoint_location(self, spec: TrainingJobSpec, key: str) -> str | None:
+        """Where every attempt of ``(spec.name, key)`` keeps its checkpoints."""
+        ...
+
+
+def _checkpoint(backend: TrainingBackend, spec: TrainingJobSpec, key: str) -> str | None:
+    """Where the job's checkpoints are, as its backend sees them (the cluster's path by default).
+
+    The local backend keeps a cluster path's checkpoints in its workspace, and says so.
+    """
+    if isinstance(backend, CheckpointPlace):
+        return backend.checkpoint_location(spec, key)
+    return checkpoint_location(spec, key)
+
+
+class _Reported:
+    """A backend whose attempt ends are told to the reporter as they happen.
+
+    The retry loop learns each attempt's diagnosis from ``wait_completed``; the run's reporter
+    learns it here, so that each attempt's ``failed`` event carries its diagnosis, and a wait
+    that ran out of time (the backend deleted the job) is told as ``cancelled``.
+    """
+
+    def __init__(self, backend: TrainingBackend, reporter: JobReporter):
+        self.backend = backend
+        self.reporter = reporter
+
+    async def submit(
+        self, spec: TrainingJobSpec, *, key: str, attempt: int = 1, dry_run: bool = False
+    ) -> JobRef:
+        return await self.backend.submit(spec, key=key, attempt=attempt, dry_run=dry_run)
+
+    async def attach(self, ref: JobRef) -> JobRef:
+        return await self.backend.attach(ref)
+
+    async def history(self, spec: TrainingJobSpec, *, key: str) -> RunRecord | None:
+        return await self.backend.history(spec, key=key)
+
+    async def wait_admitted(
+        self, ref: JobRef, *, timeout_s: float | None, on_phase: PhaseCallback | None = None
+    ) -> AdmissionState:
+        return await self.backend.wait_admitted(ref, timeout_s=timeout_s, on_phase=on_phase)
+
+    async def wait_completed(
+        self,
+        ref: JobRef,
+        *,
+        timeouts: WaitTimeouts = WaitTimeouts(),
+        on_phase: PhaseCallback | None = None,
+    ) -> JobOutcome:
+        try:
+            outcome = await self.backend.wait_completed(ref, timeouts=timeouts, on_phase=on_phase)
+        except WaitTimeoutError as exc:
+            if timeouts.delete_on_timeout:
+                self.reporter.timed_out(ref, exc)
+            raise
+        if not outcome.succeeded and not outcome.replayed:
+            self.reporter.failed(outcome.ref, outcome.diagnosis)
+        return outcome
+
+    async def follow_logs(self, ref: JobRef, on_line: LogCallback) -> None:
+        await self.backend.follow_logs(ref, on_line)
+
+    async def cancel(self, ref: JobRef, *, timeout_s: float = 120.0) -> None:
+        await self.backend.cancel(ref, timeout_s=timeout_s)
+
+    async def close(self) -> None:
         await self.backend.close()
 
 

@@ -253,7 +253,7 @@ async def test_the_first_model_is_registered_promoted_and_served(chain: Chain) -
     }
     events = {e.event: e for e in await chain_events(flow_run_id, want=wanted)}
     assert wanted <= set(events), sorted(events)
-    version_id = f"mlflow.model-version.{chain.model}.{first.version.version}"
+    version_id = f"kubedl.model-version.{chain.model}.{first.version.version}"
     job_id = f"kubedl.training-job.{ref.uid}"
     promoted = events["kubedl.model-version.promoted"]
     assert promoted.resource.id == version_id
@@ -262,7 +262,7 @@ async def test_the_first_model_is_registered_promoted_and_served(chain: Chain) -
     assert "task-run" in {r.role for r in promoted.related}
     assert events["kubedl.model-version.registered"].payload["created"] == "true"
     ready = events["kubedl.inference-service.ready"]
-    assert ready.resource.id == f"kubernetes.inferenceservice.{namespace}.{name}"
+    assert ready.resource.id == f"kubedl.inference-service.{namespace}.{name}"
     assert ready.resource["kubedl.uid"] == served.uid
     assert {r.id for r in ready.related} >= {version_id, job_id}
     assert events["kubedl.inference-service.applied"].payload["storageUri"] == (
@@ -320,7 +320,7 @@ async def test_a_worse_model_is_kept_out_and_nothing_is_applied(chain: Chain) ->
     assert "kubedl.model-version.rejected" in events, sorted(events)
     assert not [e for e in events if e.startswith("kubedl.inference-service.")]
     rejected = events["kubedl.model-version.rejected"]
-    assert rejected.resource.id == f"mlflow.model-version.{chain.model}.{second.version.version}"
+    assert rejected.resource.id == f"kubedl.model-version.{chain.model}.{second.version.version}"
     assert rejected.payload["kubedl-prefect.io/gate.decision"] == "rejected"
     (gated_second,) = [
         t

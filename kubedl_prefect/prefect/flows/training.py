@@ -16,7 +16,9 @@ this module (the entrypoint of ``flows/prefect.yaml``). Run it once::
 
     python -m kubedl_prefect.prefect.flows.training flows/specs/testbed-mnist.yaml --cluster testbed
 
-Serve the nightly retraining deployment (02:00 UTC every day)::
+Serve the nightly retraining deployment (02:00 UTC every day) from this process, as
+``retrain/nightly-served`` (``--name`` to change it): a name of its own, so that it never replaces
+the schedule of ``flows/prefect.yaml``'s ``retrain/nightly``, which a worker runs::
 
     python -m kubedl_prefect.prefect.flows.training --serve
 """
@@ -30,16 +32,19 @@ from prefect import flow
 
 from kubedl_prefect.prefect import (
     CLEANUP_HOOKS,
-    KubernetesCluster,
     RetrySettings,
     TrainingJob,
     TrainingResult,
     run_training_job,
     schedule_slot_key,
 )
+from kubedl_prefect.prefect.blocks import load_cluster
 from kubedl_prefect.spec import load_spec, spec_to_data
 
 _SUMMARY = "Ready-made training flows: spec in, outcome out."
+
+SERVED_NAME = "nightly-served"
+"""The name of the deployment ``--serve`` serves (``flows/prefect.yaml``'s is ``nightly``)."""
 
 
 def training_job(
@@ -49,11 +54,15 @@ def training_job(
     namespace: str | None = None,
     max_attempts: int = 3,
 ) -> TrainingJob:
-    """The training-job block of a spec file or spec fields, on a saved cluster block."""
+    """The training-job block of a spec file or spec fields, on a saved cluster block.
+
+    ``cluster`` names a ``kubedl-kubernetes-cluster`` or a ``kubedl-local-cluster`` block (or is
+    ``<block type slug>/<name>``): the same flow runs on a cluster or on this machine.
+    """
     fields = spec_to_data(load_spec(spec)) if isinstance(spec, str) else spec
     return TrainingJob(
         spec=fields,
-        cluster=KubernetesCluster.load(cluster),
+        cluster=load_cluster(cluster),
         dialect=dialect,
         namespace=namespace,
         retry=RetrySettings(max_attempts=max_attempts),
@@ -73,7 +82,8 @@ def train(
 
     Args:
         spec: A spec file (on the machine of the flow run) or the spec's fields.
-        cluster: The name of a saved ``kubedl-kubernetes-cluster`` block.
+        cluster: The name of a saved cluster block: ``kubedl-kubernetes-cluster`` or
+            ``kubedl-local-cluster`` (this machine).
         dialect: ``kubedl`` or ``kubeflow``.
         namespace: Where the job runs (default: the cluster block's namespace).
         key: The idempotency key (default: this flow run's id and the task's name).
@@ -110,10 +120,15 @@ def main() -> None:
     parser.add_argument("--key")
     parser.add_argument("--serve", action="store_true", help="serve the nightly deployment")
     parser.add_argument("--cron", default="0 2 * * *")
+    parser.add_argument(
+        "--name",
+        default=SERVED_NAME,
+        help="the served deployment's name (not prefect.yaml's: each has its own schedule)",
+    )
     args = parser.parse_args()
     if args.serve:
         retrain.serve(
-            name="nightly",
+            name=args.name,
             cron=args.cron,
             parameters={"spec": args.spec, "cluster": args.cluster, "dialect": args.dialect},
         )

@@ -207,7 +207,7 @@ def test_a_registry_record_is_emitted_as_it_is(name: str) -> None:
     assert spec.event == name
     assert spec.id == uuid.UUID(record.id)
     assert spec.resource == {
-        "prefect.resource.id": "mlflow.model-version.fraud.3",
+        "prefect.resource.id": "kubedl.model-version.fraud.3",
         "prefect.resource.name": "fraud v3",
         "kubedl.model-name": "fraud",
         "kubedl.model-version": "3",
@@ -341,7 +341,7 @@ async def test_the_sync_tasks_register_once_gate_and_resolve_in_a_flow(
     registered = [e for e in found if e.event == registry_events.REGISTERED]
     assert sorted(e.payload["created"] for e in registered) == ["false", "true"]
     for event in found:
-        assert event.resource.id == f"mlflow.model-version.{model}.{first.version}"
+        assert event.resource.id == f"kubedl.model-version.{model}.{first.version}"
         roles = {r.role: r.id for r in event.related}
         assert roles["training-job"] == "kubedl.training-job.uid-nightly-1"
         assert roles["flow-run"] == f"prefect.flow-run.{flow_run_id}"
@@ -383,7 +383,7 @@ async def test_the_async_tasks_keep_a_worse_candidate_out(
     found = await model_events(flow_run_id, {registry_events.REJECTED})
     rejected = [e for e in found if e.event == registry_events.REJECTED]
     assert [e.resource.id for e in rejected] == [
-        f"mlflow.model-version.{model}.{second.candidate_version}"
+        f"kubedl.model-version.{model}.{second.candidate_version}"
     ]
     assert rejected[0].payload["kubedl-prefect.io/gate.champion-version"] == first.candidate_version
 

@@ -83,7 +83,7 @@ def test_a_service_relates_to_its_model_version_and_training_job() -> None:
     spec = KServeServing(namespace="ml").service("fraud", "s3://x/m", link=LINK)
     assert serving_tasks.service_related(spec) == [
         {
-            "prefect.resource.id": "mlflow.model-version.fraud.3",
+            "prefect.resource.id": "kubedl.model-version.fraud.3",
             "prefect.resource.role": "model-version",
             "prefect.resource.name": "fraud v3",
         },
@@ -108,11 +108,12 @@ def test_a_serving_record_is_emitted_as_it_is(name: str) -> None:
     assert spec.event == name
     assert spec.id == uuid.UUID(record.id)
     assert spec.resource == {
-        "prefect.resource.id": "kubernetes.inferenceservice.ml.fraud",
+        "prefect.resource.id": "kubedl.inference-service.ml.fraud",
         "prefect.resource.name": "fraud",
         "kubedl.namespace": "ml",
         "kubedl.name": "fraud",
         "kubedl.uid": "uid-isvc",
+        "kubedl.reason": "ModelLoadFailed",
     }
     assert spec.payload == {"reason": "ModelLoadFailed"}
     assert spec.related == related
