@@ -26,7 +26,10 @@ rendered:
   file (it is checked after it, and may use its names);
 - ``<!-- check: given`` followed by Python lines and ``-->``: declarations the block takes from
   its surroundings (``testbed: Testbed``), checked in front of it but not shown;
-- ``<!-- check: dialects kubeflow -->`` (YAML): the dialects a spec claims; each must accept it.
+- ``<!-- check: dialects kubeflow -->`` (YAML): the dialects a spec claims; each must accept it;
+- ``<!-- check: runs -->``: the block (with what it continues or is given) also runs, in a
+  process of its own from the repository's root, and must exit 0: for examples that need no
+  server or cluster, so that one that raises cannot be shown.
 
 A block that uses an API which does not exist (yet) fails: the docs are fixed, or the API added.
 The same goes for the module names ``docs/architecture.md`` mentions (``spec.model``) and every
@@ -35,6 +38,7 @@ The same goes for the module names ``docs/architecture.md`` mentions (``spec.mod
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -60,7 +64,7 @@ from kubedl_prefect.spec import (
 REPO: Final = Path(__file__).resolve().parents[2]
 PAGES: Final = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 LANGUAGES: Final = {"yaml": "yaml", "yml": "yaml", "python": "python", "py": "python"}
-DIRECTIVES: Final = ("continues", "given", "dialects")
+DIRECTIVES: Final = ("continues", "given", "dialects", "runs")
 
 _FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`]*)$")
 _REFERENCE = re.compile(r"^#\s*(?P<path>[\w./-]+\.(?:ya?ml|json))(?P<abridged>\s*\(abridged\))?")
@@ -408,6 +412,29 @@ def test_python_block(block: Block, mypy_findings: dict[str, list[str]]) -> None
         pytest.fail(f"{block.page}:{block.body_line - 1 + (exc.lineno or 1)}: {exc.msg}")
     errors = mypy_findings[block.id]
     assert not errors, "the block does not type-check:\n" + "\n".join(errors)
+
+
+RUNNING_BLOCKS: Final = [
+    (block, module)
+    for block, module in modules(PYTHON_BLOCKS)
+    if block.directive("runs") is not None
+]
+
+
+@pytest.mark.parametrize(
+    ("block", "module"), RUNNING_BLOCKS, ids=[block.id for block, _ in RUNNING_BLOCKS]
+)
+def test_python_block_runs(block: Block, module: Module, tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "\n".join(module.lines) + "\n"],
+        cwd=REPO,
+        env={**os.environ, "HOME": str(tmp_path), "PREFECT_HOME": str(tmp_path / "prefect")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, f"{block.id} does not run:\n{done.stdout}\n{done.stderr}"
 
 
 # --- module names ----------------------------------------------------------------------------
