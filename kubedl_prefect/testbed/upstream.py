@@ -28,7 +28,7 @@ class GoModule:
 KUBERNETES = GoModule("k8s.io/kubernetes", "v1.34.4")
 KWOK = GoModule("sigs.k8s.io/kwok", "v0.8.0")
 KUBEDL = GoModule("github.com/alibaba/kubedl", "v0.5.0")
-KUBEFLOW_TRAINING = GoModule("github.com/kubeflow/training-operator", "v1.9.3")
+KUBEFLOW_TRAINING = GoModule("github.com/kubeflow/training-operator", "v1.9.4")
 VOLCANO = GoModule("volcano.sh/volcano", "v1.14.1")
 KSERVE = GoModule("github.com/kserve/kserve", "v0.20.0")
 
