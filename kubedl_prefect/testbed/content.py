@@ -15,10 +15,12 @@ import yaml
 
 from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed.upstream import (
+    JOBSET,
     KSERVE,
     KUBEDL,
     KUBEFLOW_TRAINING,
     KWOK,
+    TRAINER,
     VOLCANO,
     GoModule,
     module_dir,
@@ -92,6 +94,10 @@ CRD_SOURCES: tuple[CrdSource, ...] = (
     # watches), full schemas: see .kserve.
     CrdSource(KSERVE, "config/crd/full", "serving.kserve.io_*.yaml"),
     CrdSource(KSERVE, "config/crd/full/clusterstoragecontainer", "serving.kserve.io_*.yaml"),
+    # Kubeflow Trainer v2 (TrainJob, runtimes) and the JobSets it runs as: see .trainer. JobSet has
+    # one served version, so the conversion webhook its kustomization adds is left out.
+    CrdSource(TRAINER, "manifests/base/crds", "trainer.kubeflow.org_*.yaml"),
+    CrdSource(JOBSET, "config/components/crd/bases", "jobset.x-k8s.io_*.yaml"),
     # kwok's per-pod log configuration (see .podlogs), watched by the kwok controller.
     CrdSource(KWOK, "kustomize/crd/bases", "kwok.x-k8s.io_logs.yaml"),
 )

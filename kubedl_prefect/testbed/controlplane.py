@@ -106,7 +106,12 @@ def _apiserver_args(ctx: ComponentContext) -> list[str]:
         f"--tls-private-key-file={ctx.serving_key}",
         f"--client-ca-file={layout.ca_file}",
         "--authorization-mode=Node,RBAC",
+        # The issuer is the API server's own URL, so that its OIDC discovery document and keys
+        # (served by it) are found at the issuer, as Trainer's status server looks them up; the
+        # in-cluster name stays accepted.
+        f"--service-account-issuer={layout.apiserver_url}",
         "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+        f"--service-account-jwks-uri={layout.apiserver_url}/openid/v1/jwks",
         f"--service-account-key-file={pki / 'sa.key'}",
         f"--service-account-signing-key-file={pki / 'sa.key'}",
         f"--service-cluster-ip-range={SERVICE_CIDR}",

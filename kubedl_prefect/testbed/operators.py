@@ -37,10 +37,11 @@ from kubedl_prefect.kube.resources import (
     CONFIG_MAPS,
     NAMESPACES,
     SECRETS,
+    SERVICE_ACCOUNTS,
     VOLCANO_QUEUES,
     ResourceKind,
 )
-from kubedl_prefect.testbed import kserve
+from kubedl_prefect.testbed import kserve, trainer
 from kubedl_prefect.testbed.build import GO_ROOT, GoBinary, SourcePatch
 from kubedl_prefect.testbed.cluster import create_or_update
 from kubedl_prefect.testbed.components import (
@@ -108,6 +109,8 @@ OPERATOR_BINARIES: list[GoBinary] = [
     KUBEDL_BINARY,
     KUBEFLOW_BINARY,
     kserve.KSERVE_BINARY,
+    trainer.JOBSET_BINARY,
+    trainer.TRAINER_BINARY,
 ]
 
 # --- names, identities, ports -----------------------------------------------------------------
@@ -143,7 +146,8 @@ KUBEDL_IDENTITY = Identity("kubedl-operator")
 KUBEFLOW_IDENTITY = Identity("kubeflow-training-operator")
 
 #: Port offsets (see :class:`~kubedl_prefect.testbed.components.Ports`) of the operators' endpoints;
-#: the control plane uses 43, 47, 57, 59, 79 and 80; KServe's are in :mod:`.kserve`.
+#: the control plane uses 43, 47, 57, 59, 79 and 80; KServe's are in :mod:`.kserve` (67-69),
+#: Trainer's and JobSet's in :mod:`.trainer` (70-76).
 PORT_OFFSETS: dict[str, int] = {
     "volcano-metrics": 60,
     "volcano-healthz": 61,
@@ -153,6 +157,7 @@ PORT_OFFSETS: dict[str, int] = {
     "kubeflow-probe": 65,
     "kubeflow-webhook": 66,
     **kserve.PORT_OFFSETS,
+    **trainer.PORT_OFFSETS,
 }
 
 
@@ -377,6 +382,10 @@ def operator_manifests() -> list[dict[str, Any]]:
       Secrets, not create them);
     - KServe's namespace, ConfigMap, ClusterRole and serving runtimes
       (:func:`.kserve.kserve_manifests`).
+
+    - Trainer's and JobSet's ClusterRoles, Trainer's namespace and ServiceAccount
+      (:func:`.trainer.trainer_manifests`); their webhooks and runtimes are written only once
+      they run (:func:`install_after_start`).
     """
     kubedl_role = _upstream_cluster_role(
         module_file(KUBEDL, "config/rbac/role.yaml"), KUBEDL_IDENTITY.user
@@ -400,6 +409,7 @@ def operator_manifests() -> list[dict[str, Any]]:
             "type": "Opaque",
         },
         *kserve.kserve_manifests(),
+        *trainer.trainer_manifests(),
     ]
 
 
@@ -409,6 +419,7 @@ _KINDS: dict[str, ResourceKind] = {
     for kind in (
         NAMESPACES,
         SECRETS,
+        SERVICE_ACCOUNTS,
         CONFIG_MAPS,
         CLUSTER_ROLES,
         CLUSTER_ROLE_BINDINGS,
@@ -436,6 +447,15 @@ async def install_prerequisites(kube: KubeClient) -> None:
             raise TestbedError(
                 f"the API server refused {kind} {name} for the training operators: {exc.message}"
             ) from exc
+
+
+async def install_after_start(kube: KubeClient, layout: Layout) -> None:
+    """Write what needs the operators running: webhook registrations, then training runtimes.
+
+    Trainer's and JobSet's webhooks, then Trainer's runtimes (through its validator); see
+    :func:`.trainer.install_after_start`. Idempotent.
+    """
+    await trainer.install_after_start(kube, layout)
 
 
 # --- components -------------------------------------------------------------------------------
@@ -467,4 +487,5 @@ OPERATOR_COMPONENTS: list[Component] = [
         env={"MY_POD_NAMESPACE": OPERATOR_NAMESPACE},
     ),
     kserve.KSERVE_COMPONENT,
+    *trainer.TRAINER_COMPONENTS,
 ]

@@ -4,12 +4,14 @@
 detached with its own log and pid file under ``cache_root()/testbed/<name>/``:
 
 1. ``kube-apiserver-etcd``: kube-apiserver with an embedded etcd (TLS, RBAC, 127.0.0.1 only);
-2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe serving, kwok Logs);
+2. the CRDs (KubeDL, Kubeflow training, Volcano scheduling, KServe serving, Trainer, JobSet,
+   kwok Logs);
 3. ``kube-controller-manager``, ``kube-scheduler`` and the ``kwok`` controller with our stages
    (kwok also serves the nodes' kubelet API for container logs, see :mod:`.podlogs`);
 4. the simulated nodes (default 2 x 8 ``nvidia.com/gpu``), waited on until Ready;
-5. the operators (:mod:`.operators`: Volcano, KubeDL, Kubeflow's, the KServe controller)
-   after the objects they need.
+5. the operators (:mod:`.operators`: Volcano, KubeDL, Kubeflow's, the KServe controller,
+   JobSet and Kubeflow Trainer v2) after the objects they need, then the webhook registrations
+   and training runtimes written through them (:mod:`.trainer`).
 
 It returns the path of an administrator kubeconfig. ``up`` is idempotent: on a running test bed it
 only adjusts what was asked differently (nodes, operators); over a stale state folder (dead
@@ -304,6 +306,8 @@ class Testbed:
                     cluster.call(self.layout, training_operators.install_prerequisites)
                 for component in self.components()[len(CONTROL_PLANE) :]:
                     start_component(self.layout, component, binaries)
+                if self.operators:
+                    self._install_after_start()
             except BaseException:
                 self._stop_all()
                 raise
@@ -362,6 +366,8 @@ class Testbed:
             if not entry.held:
                 logger.warning("%s of test bed %s is down: starting it", entry.name, self.name)
                 start_component(self.layout, operators[entry.name], binaries)
+        if any(c.pid is None for c in down):
+            self._install_after_start()
 
     def _keep_running(self, current: TestbedStatus) -> None:
         """Adjust a running test bed to what was asked of this instance, if anything."""
@@ -379,6 +385,7 @@ class Testbed:
             cluster.call(self.layout, training_operators.install_prerequisites)
             for component in training_operators.OPERATOR_COMPONENTS:
                 start_component(self.layout, component, binaries)
+            self._install_after_start()
             changed = True
         else:
             self.operators = current.operators
@@ -753,6 +760,12 @@ class Testbed:
     def _all_known_components(self) -> list[Component]:
         # Stop operators even when this instance was made with operators=False.
         return [*CONTROL_PLANE, *training_operators.OPERATOR_COMPONENTS]
+
+    def _install_after_start(self) -> None:
+        # Webhook registrations and Trainer's runtimes: written through the running operators.
+        started = time.monotonic()
+        cluster.call(self.layout, training_operators.install_after_start, self.layout)
+        logger.info("webhooks and training runtimes in %.1fs", time.monotonic() - started)
 
     def _install_crds(self, *, seeded: bool) -> None:
         started = time.monotonic()

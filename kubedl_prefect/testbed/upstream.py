@@ -31,6 +31,10 @@ KUBEDL = GoModule("github.com/alibaba/kubedl", "v0.5.0")
 KUBEFLOW_TRAINING = GoModule("github.com/kubeflow/training-operator", "v1.9.4")
 VOLCANO = GoModule("volcano.sh/volcano", "v1.14.1")
 KSERVE = GoModule("github.com/kserve/kserve", "v0.20.0")
+#: Kubeflow Trainer v2 (``trainer.kubeflow.org``): exact versions, the proxy's version lists are
+#: stale (they do not list these releases).
+TRAINER = GoModule("github.com/kubeflow/trainer/v2", "v2.3.0")
+JOBSET = GoModule("sigs.k8s.io/jobset", "v0.12.0")
 
 
 def cache_root() -> Path:

@@ -1,0 +1,374 @@
+"""Kubeflow Trainer v2 and JobSet in the test bed: the real controllers, their real webhooks.
+
+TrainJobs are written as a user would (``kubernetes_asyncio`` with the administrator
+kubeconfig) against the runtimes the test bed installs from Trainer's release; the JobSets,
+Jobs, pods and PodGroups are the controllers' own, the pods run by kwok's stages. What these
+tests see is what the ``trainer`` dialect reads on a real cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from kubedl_prefect.testbed import content, trainer
+from kubedl_prefect.testbed.testbed import Testbed
+
+pytestmark = [pytest.mark.integration]
+
+Obj = dict[str, Any]
+
+GROUP, VERSION = "trainer.kubeflow.org", "v1alpha1"
+IMAGE = "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime"
+
+
+@asynccontextmanager
+async def connect(kubeconfig: Path) -> AsyncIterator[client.ApiClient]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(kubeconfig), client_configuration=configuration, persist_config=False
+    )
+    async with client.ApiClient(configuration=configuration) as api:
+        yield api
+
+
+async def eventually(
+    what: str, read: Callable[[], Awaitable[Any]], done: Callable[[Any], bool], timeout_s: float
+) -> Any:
+    """Poll ``read()`` until ``done`` holds for what it returns; fail with the last value."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = await read()
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last = None
+        if last is not None and done(last):
+            return last
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not reached in {timeout_s:.0f}s; last seen: {last}")
+        await asyncio.sleep(0.25)
+
+
+def train_job(name: str, runtime: str, *, nodes: int, **trainer_fields: Any) -> Obj:
+    """A TrainJob as a user writes it; pods run 4 s under kwok (a pod annotation)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": runtime},
+            "trainer": {"numNodes": nodes, **trainer_fields},
+            "runtimePatches": [
+                {
+                    "manager": "kubedl-prefect.io/tests",
+                    "trainingRuntimeSpec": {
+                        "template": {
+                            "spec": {
+                                "replicatedJobs": [
+                                    {
+                                        "name": "node",
+                                        "template": {
+                                            "spec": {
+                                                "template": {
+                                                    "metadata": {
+                                                        "annotations": {content.RUN_DURATION: "4s"}
+                                                    }
+                                                }
+                                            }
+                                        },
+                                    }
+                                ]
+                            }
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+def conditions(obj: Obj) -> dict[str, Obj]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+class Cluster:
+    """The few calls these tests make, as the administrator."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+        self.admission = client.AdmissionregistrationV1Api(api)
+        self.namespace = namespace
+
+    async def create_train_job(self, manifest: Obj) -> Obj:
+        created: Obj = await self.custom.create_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "trainjobs", manifest
+        )
+        return created
+
+    async def get(self, group: str, version: str, plural: str, name: str) -> Obj:
+        found: Obj = await self.custom.get_namespaced_custom_object(
+            group, version, self.namespace, plural, name
+        )
+        return found
+
+    async def train_job(self, name: str) -> Obj:
+        return await self.get(GROUP, VERSION, "trainjobs", name)
+
+    async def pods(self, job_set: str) -> list[Any]:
+        listed = await self.core.list_namespaced_pod(
+            self.namespace, label_selector=f"jobset.sigs.k8s.io/jobset-name={job_set}"
+        )
+        return list(listed.items)
+
+    async def complete(self, name: str, timeout_s: float = 60.0) -> Obj:
+        found: Obj = await eventually(
+            f"TrainJob {name} Complete",
+            lambda: self.train_job(name),
+            lambda job: conditions(job).get("Complete", {}).get("status") == "True",
+            timeout_s,
+        )
+        return found
+
+
+@pytest.fixture
+async def cluster(admin_kubeconfig: Path, namespace: str) -> AsyncIterator[Cluster]:
+    async with connect(admin_kubeconfig) as api:
+        yield Cluster(api, namespace)
+
+
+# -- the controllers ---------------------------------------------------------------------------
+
+
+def test_trainer_and_jobset_run_supervised_and_healthy(testbed: Testbed) -> None:
+    state = testbed.status()
+    entries = {c.name: c for c in state.components}
+    for name in ("jobset-controller", "trainer-controller"):
+        entry = entries[name]
+        assert entry.pid, entry
+        assert entry.running, entry
+        assert entry.healthy, entry
+        assert not entry.held
+    names = [c.name for c in state.components]
+    assert names.index("jobset-controller") < names.index("trainer-controller")
+    log = entries["trainer-controller"].log.read_text()
+    # The status server of the TrainJobStatus gate runs, on loopback.
+    port = testbed.layout.ports.offset(trainer.PORT_OFFSETS["trainer-status-server"])
+    assert f'"address":"127.0.0.1:{port}"' in log
+
+
+async def test_webhooks_are_registered_by_url_on_loopback_with_the_test_bed_ca(
+    cluster: Cluster, testbed: Testbed
+) -> None:
+    validating = await cluster.admission.list_validating_webhook_configuration()
+    mutating = await cluster.admission.list_mutating_webhook_configuration()
+    configurations: list[Any] = [*validating.items, *mutating.items]
+    hooks = {hook.name: hook for item in configurations for hook in item.webhooks or []}
+    ports = testbed.layout.ports
+    trainer_url = f"https://127.0.0.1:{ports.offset(trainer.PORT_OFFSETS['trainer-webhook'])}/"
+    jobset_url = f"https://127.0.0.1:{ports.offset(trainer.PORT_OFFSETS['jobset-webhook'])}/"
+    for name in (
+        "validator.trainjob.trainer.kubeflow.org",
+        "validator.clustertrainingruntime.trainer.kubeflow.org",
+        "validator.trainingruntime.trainer.kubeflow.org",
+        "defaulter.trainjob.trainer.kubeflow.org",
+    ):
+        assert hooks[name].client_config.url.startswith(trainer_url), name
+        assert hooks[name].failure_policy == "Fail"
+    for name in ("mjobset.kb.io", "vjobset.kb.io", "mpod.kb.io", "vpod.kb.io"):
+        assert hooks[name].client_config.url.startswith(jobset_url), name
+    # Only pods of a JobSet go through JobSet's pod webhooks (upstream's object selector).
+    selector = hooks["mpod.kb.io"].object_selector.match_expressions[0]
+    assert (selector.key, selector.operator) == ("jobset.sigs.k8s.io/jobset-name", "Exists")
+    ca = testbed.layout.ca_file.read_bytes()
+    assert base64.b64decode(hooks["vjobset.kb.io"].client_config.ca_bundle) == ca
+
+
+async def test_the_release_runtimes_are_installed(cluster: Cluster) -> None:
+    listed = await cluster.custom.list_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes"
+    )
+    runtimes = {r["metadata"]["name"]: r for r in listed["items"]}
+    assert {
+        "torch-distributed",
+        "deepspeed-distributed",
+        "mlx-distributed",
+        trainer.VOLCANO_RUNTIME,
+        trainer.VOLCANO_SCHEDULED_RUNTIME,
+    } <= set(runtimes)
+    assert "mpi" in runtimes["deepspeed-distributed"]["spec"]["mlPolicy"]
+    assert runtimes[trainer.VOLCANO_RUNTIME]["spec"]["podGroupPolicy"] == {"volcano": {}}
+    derived = runtimes[trainer.VOLCANO_SCHEDULED_RUNTIME]
+    assert derived["metadata"]["labels"][trainer.DERIVED_FROM_LABEL] == trainer.VOLCANO_RUNTIME
+
+
+# -- TrainJobs ---------------------------------------------------------------------------------
+
+
+async def test_torch_train_job_runs_through_jobset_job_and_pods_to_complete(
+    cluster: Cluster,
+) -> None:
+    name = "mnist"
+    await cluster.create_train_job(
+        train_job(
+            name,
+            "torch-distributed",
+            nodes=2,
+            image=IMAGE,
+            command=["torchrun", "train.py"],
+            resourcesPerNode={"limits": {content.GPU_RESOURCE: "1"}},
+        )
+    )
+    job_set = await eventually(
+        "JobSet", lambda: cluster.get("jobset.x-k8s.io", "v1alpha2", "jobsets", name), bool, 30
+    )
+    owner = job_set["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("TrainJob", name, True)
+    job = await eventually(
+        "Job",
+        lambda: cluster.batch.read_namespaced_job(f"{name}-node-0", cluster.namespace),
+        bool,
+        30,
+    )
+    assert (job.spec.parallelism, job.spec.completions) == (2, 2)
+    running = await eventually(
+        "both pods Running",
+        lambda: cluster.pods(name),
+        lambda pods: len(pods) == 2 and all(p.status.phase == "Running" for p in pods),
+        30,
+    )
+    by_host = {p.spec.hostname: p for p in running}
+    assert set(by_host) == {f"{name}-node-0-0", f"{name}-node-0-1"}
+    pod = by_host[f"{name}-node-0-0"]
+    assert pod.spec.subdomain == name
+    assert pod.spec.restart_policy == "OnFailure"  # JobSet's default
+    env = {e.name: e for e in pod.spec.containers[0].env}
+    assert env["PET_NNODES"].value == "2"
+    assert env["PET_MASTER_ADDR"].value == f"{name}-node-0-0.{name}"
+    assert env["PET_MASTER_PORT"].value == "29500"
+    assert "job-completion-index" in env["PET_NODE_RANK"].value_from.field_ref.field_path
+    assert env["KUBEFLOW_TRAINER_SERVER_URL"].value.endswith(
+        f"/namespaces/{cluster.namespace}/trainjobs/{name}/status"
+    )
+    finished = await cluster.complete(name)
+    complete = conditions(finished)["Complete"]
+    assert complete["reason"] == "AllJobsCompleted"
+    assert complete["message"] == "jobset completed successfully"
+    assert finished["status"]["jobsStatus"] == [
+        {"name": "node", "active": 0, "failed": 0, "ready": 0, "succeeded": 1, "suspended": 0}
+    ]
+    pods = await cluster.pods(name)
+    assert sorted(p.status.phase for p in pods) == ["Succeeded", "Succeeded"]
+
+
+async def test_mpi_train_job_is_accepted_and_runs_launcher_and_nodes(cluster: Cluster) -> None:
+    name = "ds"
+    await cluster.create_train_job(train_job(name, "deepspeed-distributed", nodes=2))
+    finished = await cluster.complete(name)
+    assert conditions(finished)["Complete"]["reason"] == "AllJobsCompleted"
+    replicated = {entry["name"] for entry in finished["status"]["jobsStatus"]}
+    assert replicated == {"launcher", "node"}
+    pods = await cluster.pods(name)
+    assert {p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods} == {
+        "launcher",
+        "node",
+    }
+    assert all(p.status.phase == "Succeeded" for p in pods)
+    launcher = next(p for p in pods if p.spec.hostname.startswith(f"{name}-launcher"))
+    env = {e.name: e.value for e in launcher.spec.containers[0].env}
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    hostfile = await cluster.core.read_namespaced_config_map(
+        f"{name}-mpi-hostfile", cluster.namespace
+    )
+    assert hostfile.data
+
+
+async def test_a_reserved_pet_variable_is_refused_by_trainers_own_webhook(
+    cluster: Cluster,
+) -> None:
+    manifest = train_job(
+        "badenv", "torch-distributed", nodes=2, env=[{"name": "PET_NNODES", "value": "5"}]
+    )
+    with pytest.raises(ApiException) as refused:
+        await cluster.create_train_job(manifest)
+    assert refused.value.status == 403
+    status = json.loads(refused.value.body or "")
+    assert status["reason"] == "Forbidden"
+    message = status["message"]
+    assert message.startswith(
+        'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request: '
+    )
+    assert "must not have reserved envs, invalid envs configured: [PET_NNODES]" in message
+
+
+async def test_the_volcano_runtime_makes_a_pod_group_named_like_the_train_job(
+    cluster: Cluster,
+) -> None:
+    name = "gang"
+    await cluster.create_train_job(train_job(name, trainer.VOLCANO_RUNTIME, nodes=2))
+    group = await eventually(
+        "PodGroup",
+        lambda: cluster.get("scheduling.volcano.sh", "v1beta1", "podgroups", name),
+        bool,
+        30,
+    )
+    assert group["spec"]["minMember"] == 2
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+    await cluster.complete(name)
+    pods = await cluster.pods(name)
+    assert {p.metadata.annotations["scheduling.k8s.io/group-name"] for p in pods} == {name}
+    # Upstream's runtime leaves the scheduler alone: the default one placed these pods.
+    assert {p.spec.scheduler_name for p in pods} == {"default-scheduler"}
+
+
+async def test_the_volcano_scheduled_runtime_holds_a_gang_that_does_not_fit(
+    cluster: Cluster, testbed: Testbed
+) -> None:
+    fits, too_big = "gang-fits", "gang-too-big"
+    gpus = testbed.status().gpus_per_node
+    await cluster.create_train_job(
+        train_job(
+            fits,
+            trainer.VOLCANO_SCHEDULED_RUNTIME,
+            nodes=2,
+            resourcesPerNode={"limits": {content.GPU_RESOURCE: "1"}},
+        )
+    )
+    await cluster.create_train_job(
+        train_job(
+            too_big,
+            trainer.VOLCANO_SCHEDULED_RUNTIME,
+            nodes=testbed.status().nodes + 1,
+            resourcesPerNode={"limits": {content.GPU_RESOURCE: str(gpus)}},
+        )
+    )
+    await cluster.complete(fits)
+    pods = await cluster.pods(fits)
+    assert {p.spec.scheduler_name for p in pods} == {"volcano"}
+    group = await eventually(
+        "the oversize gang held by Volcano",
+        lambda: cluster.get("scheduling.volcano.sh", "v1beta1", "podgroups", too_big),
+        lambda g: conditions(g).get("Unschedulable", {}).get("status") == "True",
+        30,
+    )
+    assert conditions(group)["Unschedulable"]["reason"] == "NotEnoughResources"
+    held = await cluster.pods(too_big)
+    assert held
+    assert all(p.status.phase == "Pending" and not p.spec.node_name for p in held)
+    job = await cluster.train_job(too_big)
+    assert "Complete" not in conditions(job)
+    assert "Failed" not in conditions(job)
