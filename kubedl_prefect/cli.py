@@ -92,7 +92,7 @@ class UnusableReferenceError(Exception):
 
 # --- choices, without typer's tabs or pydantic's wording ----------------------------------------
 
-DIALECTS = ("kubedl", "kubeflow")
+DIALECTS = ("kubedl", "kubeflow", "trainer")
 IMPORT_DIALECTS = ("auto", *DIALECTS)
 
 
@@ -228,7 +228,7 @@ def render_file(
 
     Args:
         path: The spec file (``-``: standard input).
-        dialect: ``kubedl`` or ``kubeflow``.
+        dialect: ``kubedl``, ``kubeflow`` or ``trainer``.
         name_key: When given, the job is named like the lifecycle names it:
             :func:`~kubedl_prefect.spec.job_name` of the spec name, this key and ``attempt``.
         attempt: The attempt number for the name (with ``name_key``).
@@ -259,7 +259,13 @@ def _render_one(
     validate(spec, dialect, source=_shown(path))  # the operator's rules, naming the file
     _warn(warnings, f"{_shown(path)}: ")
     name = job_name(spec.name, name_key, attempt) if name_key is not None else None
-    return dict(render(spec, dialect, RenderOptions(job_name=name, namespace=namespace)))
+    manifest = dict(render(spec, dialect, RenderOptions(job_name=name, namespace=namespace)))
+    if str(dialect) == "trainer":  # what a TrainJob runs differently, on stderr
+        from kubedl_prefect.spec.renderers.trainer import trainer_notes
+
+        for field, text in trainer_notes(spec):
+            typer.echo(f"note: {_shown(path)}: {field}: {text}", err=True)
+    return manifest
 
 
 def validate_file(path: Path, dialect: Dialect | str | None = None) -> TrainingJobSpec:

@@ -57,6 +57,7 @@ from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import CHECKPOINT_VOLUME
 from kubedl_prefect.spec.io import dump_spec
 from kubedl_prefect.spec.kube_types import EnvValue, Resources, Volume
+from kubedl_prefect.spec.kueue import PRIORITY_CLASS_LABEL, QUEUE_LABEL
 from kubedl_prefect.spec.model import ContainerSettings, TrainingJobSpec
 from kubedl_prefect.spec.pod_security import (
     PRIVILEGED,
@@ -96,6 +97,7 @@ from kubedl_prefect.spec.semantics import (
     KUBEFLOW_MANAGER,
     LAST_APPLIED_ANNOTATION,
     NETWORK_MODE_ANNOTATION,
+    TRAINER_RUNTIME_IMAGES,
     dialect_of,
     differences,
     framework_of,
@@ -273,10 +275,27 @@ def import_manifests(
             [SpecIssue("(document)", "no manifest found", "give a PyTorchJob, TFJob, MPIJob...")],
             source=source,
         )
+    runtimes = {
+        (str(data.get("kind")), str((data.get("metadata") or {}).get("name"))): data
+        for _, data in manifests
+        if isinstance(data, dict) and data.get("kind") in RUNTIME_KINDS
+    }
     imported: list[ImportedSpec] = []
     for where, data in manifests:
+        if isinstance(data, dict) and data.get("kind") in RUNTIME_KINDS:
+            continue  # a TrainJob of the same file reads it (its image, its framework)
         label = f"{source}: {where}" if source else where
-        imported.append(import_manifest(data, dialect=dialect, source=label))
+        if isinstance(data, dict) and data.get("kind") == TRAINJOB_KIND:
+            choice = DialectChoice(dialect) if dialect is not None else DialectChoice.AUTO
+            hint = None if choice is DialectChoice.AUTO else Dialect(choice.value)
+            imported.append(_TrainJobImporter(data, hint, label, runtimes).run())
+        else:
+            imported.append(import_manifest(data, dialect=dialect, source=label))
+    if not imported:
+        raise SpecError(
+            [SpecIssue("(document)", "no job found, only runtimes", "give a TrainJob too")],
+            source=source,
+        )
     return imported
 
 
@@ -1303,7 +1322,20 @@ class _TrainJobImporter(_Importer):
 
     Trainer runs every node from one template, so the spec has one role (PyTorch ``worker``,
     XGBoost ``master`` and workers, MPI ``launcher`` and workers, as the renderer reads them).
+    A TrainJob without an image runs its runtime's: the spec writes it out, read from a runtime
+    given in the same file or from the ones Trainer v2.3.0 installs.
     """
+
+    def __init__(
+        self,
+        manifest: Any,
+        hint: Dialect | None,
+        source: str | None,
+        runtimes: Mapping[tuple[str, str], Any] | None = None,
+    ) -> None:
+        super().__init__(manifest, hint, source)
+        self.runtimes = dict(runtimes or {})
+        self.runtime_image: str | None = None
 
     def run(self) -> ImportedSpec:
         manifest = self.manifest
@@ -1334,12 +1366,16 @@ class _TrainJobImporter(_Importer):
         body = manifest.get("spec")
         if not isinstance(body, dict):
             raise self.fatal("spec", "the manifest has no spec", "give the TrainJob's spec")
+        kueue = self._kueue(labels, body)
+        self.kueue_queued = bool(kueue)
         self._job_spec_fields(body)
         runtime = self._runtime(body.get("runtimeRef"))
         self.framework = self._framework(runtime)
         self.info = FRAMEWORKS[self.framework]
         self.defaults = operator_defaults(Dialect.KUBEFLOW, self.framework)
         data: dict[str, Any] = {"name": name, "framework": self.framework.value}
+        if kueue:
+            data["kueue"] = kueue
         if runtime != {"name": DEFAULT_RUNTIMES[self.framework]}:
             data["runtime"] = runtime
         if body.get("activeDeadlineSeconds") is not None:
@@ -1366,8 +1402,23 @@ class _TrainJobImporter(_Importer):
             warnings=tuple(pod_security_warnings(spec)),
         )
 
+    kueue_queued = False
+
+    def _kueue(self, labels: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+        """The spec's ``kueue`` from Kueue's labels; ``suspend: true`` is then Kueue's."""
+        kueue: dict[str, Any] = {}
+        if QUEUE_LABEL in labels:
+            kueue["queue"] = labels.pop(QUEUE_LABEL)
+            if PRIORITY_CLASS_LABEL in labels:
+                kueue["priorityClass"] = labels.pop(PRIORITY_CLASS_LABEL)
+            if body.get("suspend") is True:
+                self.note("kueue", "suspend: true is Kueue's: the job waits for its admission.")
+        return kueue
+
     def _job_spec_fields(self, body: dict[str, Any]) -> None:
         for key, value in body.items():
+            if key == "suspend" and value is True and self.kueue_queued:
+                continue
             if key in ("suspend", "managedBy"):
                 default = False if key == "suspend" else "trainer.kubeflow.org/trainjob-controller"
                 if value == default:
@@ -1417,8 +1468,23 @@ class _TrainJobImporter(_Importer):
                 self.fail(f"spec.runtimeRef.{key}", f"runtimeRef.{key} is unknown", "remove it")
         return runtime
 
+    def _given_runtime(self, runtime: dict[str, Any]) -> Any:
+        kind = runtime.get("kind", RUNTIME_KINDS[0])
+        return self.runtimes.get((str(kind), str(runtime["name"])))
+
     def _framework(self, runtime: dict[str, Any]) -> Framework:
         name = str(runtime["name"])
+        given = self._given_runtime(runtime)
+        if isinstance(given, dict):
+            policy = (given.get("spec") or {}).get("mlPolicy") or {}
+            for key, framework in (
+                ("torch", Framework.PYTORCH),
+                ("mpi", Framework.MPI),
+                ("xgboost", Framework.XGBOOST),
+            ):
+                if key in policy:
+                    self.note("framework", f"The framework is the ML policy of runtime {name!r}.")
+                    return framework
         for framework, default in DEFAULT_RUNTIMES.items():
             if name == default:
                 return framework
@@ -1449,6 +1515,19 @@ class _TrainJobImporter(_Importer):
         for key in trainer:
             if key not in _TRAINER_FIELDS:
                 self.fail(f"{path}.{key}", f"trainer.{key} is unknown", "remove it")
+        if "image" not in trainer:
+            image = self._runtime_image()
+            if image is None:
+                self.fail(
+                    f"{path}.image",
+                    "the TrainJob runs its runtime's image, which the spec cannot know (the "
+                    "runtime is neither in this file nor one Trainer installs)",
+                    "give trainer.image, or import the runtime in the same file",
+                )
+            else:
+                parsed.settings["image"] = image
+                self.runtime_image = image
+                self.note("image", "The runtime's image, which the TrainJob runs: written out.")
         for key in ("image", "command", "args"):
             if key in trainer:
                 if _typed(key, trainer[key]) in (_MISSING, None):
@@ -1478,6 +1557,32 @@ class _TrainJobImporter(_Importer):
             self.fail(f"{path}.numNodes", f"numNodes {nodes!r} is not a node count", "give one")
             nodes = 1
         return parsed, nodes, trainer.get("numProcPerNode")
+
+    def _runtime_image(self) -> str | None:
+        ref = (self.manifest.get("spec") or {}).get("runtimeRef") or {}
+        runtime = {"name": ref.get("name"), **({"kind": ref["kind"]} if "kind" in ref else {})}
+        given = self._given_runtime(runtime)
+        if isinstance(given, dict):
+            template = ((given.get("spec") or {}).get("template") or {}).get("spec") or {}
+            for job in template.get("replicatedJobs") or []:
+                labels = ((job.get("template") or {}).get("metadata") or {}).get("labels") or {}
+                if labels.get("trainer.kubeflow.org/trainjob-ancestor-step") != "trainer":
+                    continue
+                pod = ((job.get("template") or {}).get("spec") or {}).get("template") or {}
+                for container in (pod.get("spec") or {}).get("containers") or []:
+                    if container.get("name") == TRAINER_CONTAINER and container.get("image"):
+                        return str(container["image"])
+            return None
+        if runtime.get("kind", RUNTIME_KINDS[0]) != RUNTIME_KINDS[0]:
+            return None
+        return TRAINER_RUNTIME_IMAGES.get(str(runtime["name"]))
+
+    def _check_round_trip(self, spec: TrainingJobSpec, namespace: str | None) -> None:
+        if self.runtime_image is not None:  # compare with the image the runtime gives
+            manifest = copy.deepcopy(self.manifest)
+            manifest["spec"]["trainer"]["image"] = self.runtime_image
+            self.manifest = manifest
+        super()._check_round_trip(spec, namespace)
 
     def _patches(self, patches: Any, parsed: _Role) -> str | None:
         """The runtime patches, merged, into ``parsed``; the Volcano queue if one is named."""

@@ -424,6 +424,17 @@ TRAINER_RUNTIME_KIND: Final = "ClusterTrainingRuntime"
 """``runtimeRef.kind`` when the TrainJob gives none (the CRD's default)."""
 TRAINER_MANAGER: Final = "trainer.kubeflow.org/trainjob-controller"
 """``spec.managedBy`` when the TrainJob gives none (the CRD's default)."""
+TRAINER_RUNTIME_IMAGES: Final = MappingProxyType(
+    {
+        "torch-distributed": "pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime",
+        "deepspeed-distributed": "ghcr.io/kubeflow/trainer/deepspeed-runtime",
+        "mlx-distributed": "ghcr.io/kubeflow/trainer/mlx-runtime",
+        "xgboost-distributed": "ghcr.io/kubeflow/trainer/xgboost-runtime",
+        "jax-distributed": "nvcr.io/nvidia/jax:25.10-py3",
+    }
+)
+"""The trainer image of each ClusterTrainingRuntime Trainer v2.3.0 installs
+(``manifests/base/runtimes``): a TrainJob without ``trainer.image`` runs it."""
 TRAINER_DEFAULT_NODES: Final = 1
 """``trainer.numNodes`` when the TrainJob gives none: the ``mlPolicy.numNodes`` of every runtime
 Trainer v2.3.0 installs (a runtime of one's own may say otherwise)."""
@@ -433,7 +444,8 @@ def trainjob_view(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """A Kubeflow Trainer v2 ``TrainJob`` as the API server and Trainer act on it.
 
     The CRD's defaults are filled in (``runtimeRef.apiGroup`` and ``kind``, ``suspend: false``,
-    ``managedBy``), ``numNodes`` of the runtimes Trainer installs (1), pod defaults in the
+    ``managedBy``), ``numNodes`` and the image of the runtimes Trainer installs
+    (:data:`TRAINER_RUNTIME_IMAGES`), pod defaults in the
     trainer (requests from limits, an empty value for an env item without one), and the
     runtime patches are merged in order into one, without their ``manager`` and ``time``: who
     owns a patch does not change the job, what it patches does.
@@ -474,6 +486,10 @@ def trainjob_view(manifest: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(trainer, dict):
         trainer = dict(trainer)
         trainer.setdefault("numNodes", TRAINER_DEFAULT_NODES)
+        if isinstance(ref, dict) and ref.get("kind") == TRAINER_RUNTIME_KIND:
+            image = TRAINER_RUNTIME_IMAGES.get(str(ref.get("name")))
+            if image is not None:
+                trainer.setdefault("image", image)
         container = {k: trainer[k] for k in ("env",) if k in trainer}
         if "resourcesPerNode" in trainer:
             container["resources"] = trainer["resourcesPerNode"]

@@ -366,16 +366,16 @@ def test_version() -> None:
     [
         (
             ["render", str(MNIST)],
-            "Missing option '--dialect' / '-d'. Choose from kubedl, kubeflow.",
+            "Missing option '--dialect' / '-d'. Choose from kubedl, kubeflow, trainer.",
         ),
         (
             ["render", str(MNIST), "-d", "kubeflw"],
-            "Invalid value for '--dialect' / '-d': 'kubeflw' is not one of kubedl, kubeflow "
-            "(did you mean kubeflow?)",
+            "Invalid value for '--dialect' / '-d': 'kubeflw' is not one of kubedl, kubeflow, "
+            "trainer (did you mean kubeflow?)",
         ),
         (
             ["import", str(MNIST), "-d", "volcano"],
-            "'volcano' is not one of auto, kubedl, kubeflow",
+            "'volcano' is not one of auto, kubedl, kubeflow, trainer",
         ),
         (["validate", str(MNIST), "-o", "xml"], "'xml' is not one of text, json"),
     ],
