@@ -80,6 +80,7 @@ from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
 from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
 from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
+from kubedl_prefect.lifecycle.kubernetes.kueue import job_workload, kueue_request, queue_hold
 from kubedl_prefect.lifecycle.kubernetes.ownership import (
     adoption_problem,
     attempt_of,
@@ -98,7 +99,7 @@ from kubedl_prefect.lifecycle.records import (
     recorded_failure,
 )
 from kubedl_prefect.lifecycle.replicas import ReplicaState, replica_states
-from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status
+from kubedl_prefect.lifecycle.status import JobStatus, Phase, job_status, queued_status
 from kubedl_prefect.lifecycle.waiting import (
     PhaseTracker,
     ReasonKeeper,
@@ -494,7 +495,7 @@ class KubernetesBackend:
                 reader, keeper = FactReader(client, ref.namespace), ReasonKeeper()
                 while True:
                     job = view.current_job()
-                    status = job_status(job)
+                    status = await _status_now(job, reader)
                     admission = await _admission_now(view, job, status, reader, keeper)
                     tracker.observe(status, admission)
                     if admission.admitted or status.phase in (Phase.RUNNING, Phase.SUCCEEDED):
@@ -532,7 +533,8 @@ class KubernetesBackend:
             tracker = PhaseTracker(None)
             while True:
                 job = view.current_job()
-                update = tracker.observe(job_status(job), view.admission(job))
+                status = queued_status(job_status(job), queue_hold(job, None))
+                update = tracker.observe(status, view.admission(job))
                 if update is not None:
                     yield update
                     if update.phase.terminal:
@@ -589,7 +591,11 @@ class KubernetesBackend:
             stage, deadline = "admission", Deadline(timeouts.admission_s)
             while True:
                 job = view.current_job()
-                status = job_status(job)
+                status = await _status_now(job, reader)
+                if stage != "admission" and status.reason == "Requeued":
+                    # Kueue evicted the job and queues it again: the same job waits to be
+                    # admitted again (no new attempt), with a fresh admission deadline.
+                    stage, deadline = "admission", Deadline(timeouts.admission_s)
                 if stage == "admission":
                     admission = await _admission_now(view, job, status, reader, keeper)
                 else:
@@ -864,6 +870,24 @@ class _JobView:
         return admission_state(
             job, pods=self.pods(), podgroups=self.podgroups(), events=self.events()
         )
+
+
+async def _status_now(job: KubeObject, reader: FactReader) -> JobStatus:
+    """The job's status; for a job in a Kueue LocalQueue, as its Workload says.
+
+    A job Kueue has not admitted is ``Queuing``, and one it evicted and queues again is
+    ``Queuing`` with the reason ``Requeued``
+    (:func:`~kubedl_prefect.lifecycle.status.queued_status`): never failed, never a new
+    attempt. The Workloads are read through the wait's :class:`.facts.FactReader`, again only
+    when the job has changed.
+    """
+    status = job_status(job)
+    request = kueue_request(job)
+    if request is None:
+        return status
+    facts = await reader.read(request)
+    workload = job_workload(job, facts.workloads or [])
+    return queued_status(status, queue_hold(job, workload))
 
 
 async def _admission_now(

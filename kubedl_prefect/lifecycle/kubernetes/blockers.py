@@ -62,7 +62,12 @@ from kubedl_prefect.lifecycle.kubernetes.demand import (
     template_specs,
     waiting_podgroups,
 )
-from kubedl_prefect.lifecycle.kubernetes.kueue import job_workload, kueue_blocker, kueue_queue
+from kubedl_prefect.lifecycle.kubernetes.kueue import (
+    job_workload,
+    kueue_blocker,
+    kueue_queue,
+    kueue_request,
+)
 from kubedl_prefect.lifecycle.kubernetes.operators import operator_blocker
 from kubedl_prefect.lifecycle.kubernetes.scheduler import (
     PLACEMENT_WORDS,
@@ -87,9 +92,7 @@ def fact_request(
     placement = sorted(m for m in messages if PLACEMENT_WORDS.search(m))
     refused = refusals(events)
     queues = job_queues(job, podgroups) if (not podgroups or waiting_podgroups(podgroups)) else []
-    local_queue = kueue_queue(job)
-    metadata = job.get("metadata") or {}
-    uid, version = str(metadata.get("uid") or ""), str(metadata.get("resourceVersion") or "")
+    kueue = kueue_request(job) or FactRequest()
     return FactRequest(
         queues=tuple(queues),
         priority_classes=tuple(name for name, _ in needed_priority_classes(job, podgroups)),
@@ -97,8 +100,8 @@ def fact_request(
         nodes=" | ".join(placement) or None,
         quotas=next((m for m in refused if "exceeded quota" in m), None),
         limit_ranges=next((m for m in refused if LIMIT_RANGE.search(m)), None),
-        local_queues=(local_queue,) if local_queue else (),
-        workloads=(uid, version) if local_queue and uid else None,
+        local_queues=kueue.local_queues,
+        workloads=kueue.workloads,
     )
 
 

@@ -45,6 +45,7 @@ from decimal import Decimal
 
 from kubedl_prefect.kube.resources import KubeObject
 from kubedl_prefect.lifecycle.admission import AdmissionBlocker, Blocker
+from kubedl_prefect.lifecycle.kubernetes.cluster import FactRequest
 from kubedl_prefect.lifecycle.status import QueueHold
 from kubedl_prefect.spec.kueue import JOB_UID_LABEL, QUEUE_LABEL, suspend_field
 from kubedl_prefect.spec.quantity import parse_quantity
@@ -54,6 +55,7 @@ __all__ = [
     "job_workload",
     "kueue_blocker",
     "kueue_queue",
+    "kueue_request",
     "queue_hold",
     "suspended",
 ]
@@ -102,6 +104,21 @@ def kueue_queue(job: KubeObject) -> str | None:
     labels = (job.get("metadata") or {}).get("labels") or {}
     name = labels.get(QUEUE_LABEL)
     return str(name) if name else None
+
+
+def kueue_request(job: KubeObject) -> FactRequest | None:
+    """What a wait reads to tell Kueue's view of the job: its LocalQueue and its Workloads.
+
+    ``None`` for a job Kueue does not manage. The Workloads are read again each time the job
+    changes (Kueue suspends and resumes it as it admits, evicts and admits it again).
+    """
+    local = kueue_queue(job)
+    if local is None:
+        return None
+    metadata = job.get("metadata") or {}
+    uid = str(metadata.get("uid") or "")
+    version = str(metadata.get("resourceVersion") or "")
+    return FactRequest(local_queues=(local,), workloads=(uid, version) if uid else None)
 
 
 def suspended(job: KubeObject) -> bool:
