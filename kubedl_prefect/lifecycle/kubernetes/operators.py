@@ -32,6 +32,19 @@ def _operator(job: KubeObject) -> tuple[str, str]:
     """The operator a job waits for, and how to check it."""
     group = str(job.get("apiVersion") or "").partition("/")[0]
     kind = str(job.get("kind") or "the job's kind")
+    if group == "trainer.kubeflow.org":
+        managed_by = (job.get("spec") or {}).get("managedBy")
+        if managed_by and managed_by != "trainer.kubeflow.org/trainjob-controller":
+            return (
+                f"{managed_by} (its spec.managedBy)",
+                f"check that {managed_by} runs; Trainer leaves TrainJobs managed by another "
+                "controller alone",
+            )
+        return (
+            "Kubeflow Trainer (with the JobSet controller)",
+            "check that both run: kubectl get pods -A | grep -e trainer-controller -e jobset, "
+            "then read their logs; the TrainJob's runtimeRef must name an installed runtime",
+        )
     if group == "kubeflow.org":
         managed_by = ((job.get("spec") or {}).get("runPolicy") or {}).get("managedBy")
         if managed_by and managed_by != "kubeflow.org/training-operator":
@@ -86,7 +99,11 @@ def operator_blocker(
     )
 
 
-_OPERATORS = {"kubedl": "the KubeDL operator", "kubeflow": "the Kubeflow training operator"}
+_OPERATORS = {
+    "kubedl": "the KubeDL operator",
+    "kubeflow": "the Kubeflow training operator",
+    "trainer": "Kubeflow Trainer v2",
+}
 """The operator of each dialect, in words."""
 
 

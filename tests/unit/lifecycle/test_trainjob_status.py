@@ -223,3 +223,18 @@ def test_trainjob_replicas_are_named_by_replicated_job_and_index() -> None:
         ("launcher-0", "launcher", 0),
         ("node-1", "node", 1),
     ]
+
+
+def test_a_trainjob_no_operator_acts_on_names_trainer() -> None:
+    from kubedl_prefect.lifecycle.kubernetes.operators import operator_blocker
+
+    job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "x", "namespace": "ml", "creationTimestamp": "2026-08-06T10:00:00Z"},
+        "spec": {"runtimeRef": {"name": "torch-distributed"}},
+    }
+    blocker = operator_blocker(job, [], [], [], now=1_900_000_000.0, grace_s=30)
+    assert blocker is not None
+    assert "Kubeflow Trainer" in blocker.message
+    assert "jobset" in blocker.hint
