@@ -56,8 +56,62 @@ def _describe_term(term: KubeObject) -> str:
     return "[" + ", ".join(words) + "]"
 
 
+_TRAINER_MPI_RUNTIMES = frozenset({"deepspeed-distributed", "mlx-distributed"})
+"""Trainer v2.3.0's MPI runtimes: a launcher that is also a node, and ``numNodes - 1`` nodes."""
+_VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+
+
+def _trainjob_templates(job: KubeObject) -> Iterator[tuple[str, int, KubeObject]]:
+    """A TrainJob's replicated Jobs as roles: what its ``trainer`` and runtime patches say.
+
+    The runtime's own template is not read (it is another object): the pods' requests are
+    ``resourcesPerNode`` and their placement the runtime patches' pod spec. An MPI runtime
+    (Trainer's own, or one whose patches name a ``launcher``) has a launcher and
+    ``numNodes - 1`` nodes; any other, ``numNodes`` nodes.
+    """
+    spec = job.get("spec") or {}
+    trainer = spec.get("trainer") or {}
+    nodes = trainer.get("numNodes", 1)
+    nodes = nodes if isinstance(nodes, int) and not isinstance(nodes, bool) and nodes > 0 else 1
+    pods: dict[str, KubeObject] = {}
+    for patch in spec.get("runtimePatches") or []:
+        template = ((patch or {}).get("trainingRuntimeSpec") or {}).get("template") or {}
+        for replicated in (template.get("spec") or {}).get("replicatedJobs") or []:
+            pod = ((replicated.get("template") or {}).get("spec") or {}).get("template") or {}
+            name = str(replicated.get("name") or "")
+            pods[name] = {**pods.get(name, {}), **(pod.get("spec") or {})}
+    runtime = str((spec.get("runtimeRef") or {}).get("name") or "")
+    container: KubeObject = {"name": "node"}
+    if trainer.get("resourcesPerNode"):
+        container["resources"] = trainer["resourcesPerNode"]
+    mpi = runtime in _TRAINER_MPI_RUNTIMES or "launcher" in pods
+    roles = [("launcher", 1), ("node", max(nodes - 1, 1))] if mpi else [("node", nodes)]
+    for role, count in roles:
+        pod_spec = {k: v for k, v in pods.get(role, {}).items() if k != "containers"}
+        yield role, count, {"spec": {**pod_spec, "containers": [container]}}
+
+
+def trainjob_queue(job: KubeObject) -> str | None:
+    """The Volcano queue a TrainJob's runtime patches name (the JobSet template's annotation)."""
+    for patch in (job.get("spec") or {}).get("runtimePatches") or []:
+        template = ((patch or {}).get("trainingRuntimeSpec") or {}).get("template") or {}
+        queue = ((template.get("metadata") or {}).get("annotations") or {}).get(
+            _VOLCANO_QUEUE_ANNOTATION
+        )
+        if queue:
+            return str(queue)
+    return None
+
+
 def replica_templates(job: KubeObject) -> Iterator[tuple[str, int, KubeObject]]:
-    """``(role, replicas, pod template)`` of every role of a KubeDL or Kubeflow job."""
+    """``(role, replicas, pod template)`` of every role of a KubeDL or Kubeflow job.
+
+    A Kubeflow Trainer ``TrainJob``'s roles are its replicated Jobs (``node``, MPI's
+    ``launcher``), as far as the TrainJob says (:func:`_trainjob_templates`).
+    """
+    if job.get("kind") == "TrainJob":
+        yield from _trainjob_templates(job)
+        return
     spec = job.get("spec") or {}
     for key, roles in spec.items():
         if not (key.endswith("ReplicaSpecs") and isinstance(roles, dict)):
@@ -101,7 +155,12 @@ def _pod_resources(pod_spec: KubeObject) -> tuple[dict[str, Decimal], dict[str, 
 
 def _pod_role(pod: KubeObject) -> str:
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    role = labels.get("replica-type") or labels.get("training.kubeflow.org/replica-type") or ""
+    role = (
+        labels.get("replica-type")
+        or labels.get("training.kubeflow.org/replica-type")
+        or labels.get("jobset.sigs.k8s.io/replicatedjob-name")
+        or ""
+    )
     return str(role).lower()
 
 
@@ -194,6 +253,10 @@ def job_queues(job: KubeObject, podgroups: Sequence[KubeObject]) -> list[str]:
     queues = {str(q) for pg in podgroups if (q := (pg.get("spec") or {}).get("queue"))}
     if not queues and not podgroups and _scheduling_policy(job).get("queue"):
         queues.add(str(_scheduling_policy(job)["queue"]))
+    if not queues and not podgroups and job.get("kind") == "TrainJob":
+        queue = trainjob_queue(job)
+        if queue is not None:
+            queues.add(queue)
     return sorted(queues)
 
 

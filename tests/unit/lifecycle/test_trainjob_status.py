@@ -238,3 +238,36 @@ def test_a_trainjob_no_operator_acts_on_names_trainer() -> None:
     assert blocker is not None
     assert "Kubeflow Trainer" in blocker.message
     assert "jobset" in blocker.hint
+
+
+def test_what_a_trainjob_asks_of_the_cluster() -> None:
+    from kubedl_prefect.lifecycle.kubernetes.demand import job_queues, job_total, placements
+    from kubedl_prefect.spec import parse_spec, render
+
+    spec = parse_spec(
+        {
+            "name": "x",
+            "image": "i",
+            "replicas": {"worker": 3},
+            "resources": {"cpu": "2", "gpus": 1},
+            "nodeSelector": {"pool": "gpu"},
+            "gang": {"queue": "research"},
+        }
+    )
+    job = render(spec, "trainer")
+    (node,) = placements(job)
+    assert (node.role, node.count, dict(node.node_selector)) == ("node", 3, {"pool": "gpu"})
+    assert job_total(job, "requests.nvidia.com/gpu") == 3
+    assert job_queues(job, []) == ["research"]
+    mpi = render(
+        parse_spec(
+            {
+                "name": "m",
+                "image": "i",
+                "framework": "mpi",
+                "replicas": {"launcher": 1, "worker": 2},
+            }
+        ),
+        "trainer",
+    )
+    assert [(p.role, p.count) for p in placements(mpi)] == [("launcher", 1), ("node", 2)]
