@@ -410,6 +410,7 @@ class _Importer:
         self.source = source
         self.issues: list[SpecIssue] = []
         self.notes: list[Note] = []
+        self.kueue_queued = False  # Kueue's labels: a suspended job is Kueue's to resume
 
     # -- helpers --
 
@@ -448,6 +449,10 @@ class _Importer:
         if not isinstance(body, dict):
             raise self.fatal("spec", "the manifest has no spec", "give the job's spec")
         data: dict[str, Any] = {"name": name, "framework": self.framework.value}
+        kueue = self._kueue_labels(labels)
+        self.kueue_queued = bool(kueue)
+        if kueue:
+            data["kueue"] = kueue
         self._job_fields(body, data)
         roles = self._roles(body)
         if self.issues:
@@ -597,11 +602,24 @@ class _Importer:
                     f"remove spec.{key} from the manifest, or run this job without kubedl-prefect",
                 )
 
+    def _kueue_labels(self, labels: dict[str, Any]) -> dict[str, Any]:
+        """The spec's ``kueue`` from Kueue's labels on a v1 job (taken out of ``labels``)."""
+        kueue: dict[str, Any] = {}
+        if QUEUE_LABEL in labels:
+            kueue["queue"] = labels.pop(QUEUE_LABEL)
+            if PRIORITY_CLASS_LABEL in labels:
+                kueue["priorityClass"] = labels.pop(PRIORITY_CLASS_LABEL)
+        return kueue
+
     def _run_policy_extras(self, policy: dict[str, Any], prefix: str) -> None:
         for key, value in policy.items():
             if key in (*_RUN_POLICY, "backoffLimit", "schedulingPolicy"):
                 continue
-            if key == "suspend" and value is False:
+            if key == "suspend" and value is True and self.kueue_queued:
+                self.note(
+                    "kueue", "runPolicy.suspend: true is Kueue's: the job waits for its admission."
+                )
+            elif key == "suspend" and value is False:
                 self.note("", "runPolicy.suspend: false (the default) was left out.")
             elif key == "managedBy" and value == KUBEFLOW_MANAGER:
                 self.note(

@@ -20,6 +20,7 @@ from kubedl_prefect.spec.kueue import (
     queued_manifest,
     suspend_field,
 )
+from kubedl_prefect.spec.porting import import_manifest
 
 GOLDEN = Path(__file__).parent / "kueue"
 UPDATE = os.environ.get("UPDATE_GOLDEN") == "1"
@@ -159,3 +160,20 @@ def test_each_kind_suspends_where_it_can() -> None:
     queued = queued_manifest(trainjob, parse_spec(SPECS["xgboost"]))
     assert queued["spec"]["suspend"] is True
     assert queued["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_a_queued_kubeflow_job_imports_back_to_the_same_spec(name: str) -> None:
+    spec = parse_spec(SPECS[name])
+    imported = import_manifest(render(spec, Dialect.KUBEFLOW))
+    assert imported.spec == spec
+    assert any("suspend: true is Kueue's" in note.text for note in imported.notes)
+
+
+def test_a_suspended_job_without_kueues_label_is_still_refused_on_import() -> None:
+    data = {k: v for k, v in SPECS["xgboost"].items() if k != "kueue"}
+    manifest = render(parse_spec(data), Dialect.KUBEFLOW)
+    manifest["spec"]["runPolicy"]["suspend"] = True
+    with pytest.raises(SpecError) as refused:
+        import_manifest(manifest)
+    assert refused.value.issues[0].path == "spec.runPolicy.suspend"
