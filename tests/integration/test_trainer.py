@@ -11,6 +11,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -62,8 +67,20 @@ async def eventually(
         await asyncio.sleep(0.25)
 
 
-def train_job(name: str, runtime: str, *, nodes: int, **trainer_fields: Any) -> Obj:
-    """A TrainJob as a user writes it; pods run 4 s under kwok (a pod annotation)."""
+def train_job(
+    name: str, runtime: str, *, nodes: int, node_runs: str = "4s", **trainer_fields: Any
+) -> Obj:
+    """A TrainJob as a user writes it; the ``node`` pods run ``node_runs`` under kwok.
+
+    kwok's ``run-duration`` annotation reaches the pods through a runtime patch, as any pod
+    annotation of the ``trainer`` dialect does.
+    """
+    pod_template = {"metadata": {"annotations": {content.RUN_DURATION: node_runs}}}
+    node_job = {"name": "node", "template": {"spec": {"template": pod_template}}}
+    patch = {
+        "manager": "kubedl-prefect.io/tests",
+        "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [node_job]}}},
+    }
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainJob",
@@ -71,31 +88,7 @@ def train_job(name: str, runtime: str, *, nodes: int, **trainer_fields: Any) -> 
         "spec": {
             "runtimeRef": {"name": runtime},
             "trainer": {"numNodes": nodes, **trainer_fields},
-            "runtimePatches": [
-                {
-                    "manager": "kubedl-prefect.io/tests",
-                    "trainingRuntimeSpec": {
-                        "template": {
-                            "spec": {
-                                "replicatedJobs": [
-                                    {
-                                        "name": "node",
-                                        "template": {
-                                            "spec": {
-                                                "template": {
-                                                    "metadata": {
-                                                        "annotations": {content.RUN_DURATION: "4s"}
-                                                    }
-                                                }
-                                            }
-                                        },
-                                    }
-                                ]
-                            }
-                        }
-                    },
-                }
-            ],
+            "runtimePatches": [patch],
         },
     }
 
@@ -277,24 +270,40 @@ async def test_torch_train_job_runs_through_jobset_job_and_pods_to_complete(
 
 async def test_mpi_train_job_is_accepted_and_runs_launcher_and_nodes(cluster: Cluster) -> None:
     name = "ds"
-    await cluster.create_train_job(train_job(name, "deepspeed-distributed", nodes=2))
-    finished = await cluster.complete(name)
-    assert conditions(finished)["Complete"]["reason"] == "AllJobsCompleted"
-    replicated = {entry["name"] for entry in finished["status"]["jobsStatus"]}
-    assert replicated == {"launcher", "node"}
-    pods = await cluster.pods(name)
-    assert {p.metadata.labels["jobset.sigs.k8s.io/replicatedjob-name"] for p in pods} == {
-        "launcher",
-        "node",
-    }
-    assert all(p.status.phase == "Succeeded" for p in pods)
-    launcher = next(p for p in pods if p.spec.hostname.startswith(f"{name}-launcher"))
+    # The nodes serve sshd until the launcher is done: they run longer than it (3 s).
+    await cluster.create_train_job(
+        train_job(name, "deepspeed-distributed", nodes=2, node_runs="120s")
+    )
+
+    def both_running(pods: list[Any]) -> bool:
+        label = "jobset.sigs.k8s.io/replicatedjob-name"
+        running = {p.metadata.labels[label] for p in pods if p.status.phase == "Running"}
+        return running == {"launcher", "node"}
+
+    running = await eventually(
+        "launcher and node pods Running", lambda: cluster.pods(name), both_running, 30
+    )
+    launcher = next(p for p in running if p.spec.hostname.startswith(f"{name}-launcher"))
     env = {e.name: e.value for e in launcher.spec.containers[0].env}
     assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert not any(key.startswith("PET_") for key in env)
     hostfile = await cluster.core.read_namespaced_config_map(
         f"{name}-mpi-hostfile", cluster.namespace
     )
     assert hostfile.data
+    finished = await cluster.complete(name)
+    assert conditions(finished)["Complete"]["reason"] == "AllJobsCompleted"
+    assert {entry["name"] for entry in finished["status"]["jobsStatus"]} == {"launcher", "node"}
+
+    # The launcher's success completes the JobSet (its successPolicy), which then deletes the
+    # Jobs still active: the nodes' Job goes, with its pods.
+    async def node_jobs() -> list[Any]:
+        listed = await cluster.batch.list_namespaced_job(
+            cluster.namespace, label_selector="jobset.sigs.k8s.io/replicatedjob-name=node"
+        )
+        return [job for job in listed.items if not job.metadata.deletion_timestamp]
+
+    await eventually("the nodes' Job deleted", node_jobs, lambda jobs: not jobs, 30)
 
 
 async def test_a_reserved_pet_variable_is_refused_by_trainers_own_webhook(
@@ -372,3 +381,50 @@ async def test_the_volcano_scheduled_runtime_holds_a_gang_that_does_not_fit(
     job = await cluster.train_job(too_big)
     assert "Complete" not in conditions(job)
     assert "Failed" not in conditions(job)
+
+
+# -- status and supervision (these stop and crash the shared Trainer: they come last) ----------
+
+
+def test_testbed_status_reports_both_healthy(testbed: Testbed) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "kubedl_prefect.testbed", "status", "--name", testbed.name],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    for name in ("jobset-controller", "trainer-controller"):
+        assert re.search(rf"^\s*{name}\s+\d+\s+healthy\s", shown.stdout, re.MULTILINE), name
+
+
+async def test_train_jobs_are_refused_while_trainer_is_down_and_run_after_a_crash(
+    cluster: Cluster, testbed: Testbed
+) -> None:
+    testbed.stop("trainer-controller")
+    try:
+        with pytest.raises(ApiException) as refused:
+            await cluster.create_train_job(train_job("while-down", "torch-distributed", nodes=1))
+        assert refused.value.status == 500
+        message = json.loads(refused.value.body or "")["message"]
+        assert 'failed calling webhook "defaulter.trainjob.trainer.kubeflow.org"' in message
+    finally:
+        testbed.start("trainer-controller")
+    before = next(c for c in testbed.status().components if c.name == "trainer-controller")
+    assert before.pid is not None
+    os.kill(before.pid, signal.SIGKILL)  # a crash: the supervisor starts it again
+
+    async def restarted() -> Any:
+        entries = {c.name: c for c in testbed.status().components}
+        return entries["trainer-controller"]
+
+    after = await eventually(
+        "trainer-controller restarted",
+        restarted,
+        lambda c: bool(c.running and c.healthy and c.pid != before.pid),
+        60,
+    )
+    assert after.restarts == before.restarts + 1
+    await cluster.create_train_job(train_job("after-crash", "torch-distributed", nodes=1))
+    await cluster.complete("after-crash")
