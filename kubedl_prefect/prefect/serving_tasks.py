@@ -35,7 +35,11 @@ from kubedl_prefect.prefect.chain import (
     write_markdown,
 )
 from kubedl_prefect.prefect.context import RunContext
-from kubedl_prefect.prefect.events import model_version_related, training_job_related
+from kubedl_prefect.prefect.events import (
+    inference_service_related,
+    model_version_related,
+    training_job_related,
+)
 from kubedl_prefect.prefect.model_blocks import (
     KServeServing,
     MlflowRegistry,
@@ -71,6 +75,24 @@ def service_related(service: InferenceServiceSpec) -> list[dict[str, str]]:
     ]
 
 
+def rollback_related(service: InferenceServiceSpec, namespace: str) -> list[dict[str, str]]:
+    """The related resources of a model version's event in a rollout of ``service``.
+
+    The endpoint the version was to be served by, and the training job that made the model.
+
+    Example:
+        >>> from kubedl_prefect.serving import InferenceServiceSpec, ModelLink
+        >>> spec = InferenceServiceSpec(name="fraud", storage_uri="s3://b/m",
+        ...                             link=ModelLink("fraud", "3", "ml", "fraud-x-a1", "u1"))
+        >>> [r["prefect.resource.id"] for r in rollback_related(spec, "ml")]
+        ['kubedl.inference-service.ml.fraud', 'kubedl.training-job.u1']
+    """
+    return [
+        inference_service_related(namespace, service.name),
+        *(r for r in service_related(service) if r["prefect.resource.role"] == "training-job"),
+    ]
+
+
 async def _render(service: InferenceServiceSpec, serving: ServingRef | None) -> KubeObject:
     namespace = None
     if serving is not None:
@@ -92,9 +114,7 @@ async def _deploy(
     on_rollback: RollbackCallback | None = None
     if registry is not None and decision is not None and decision.promoted:
         registry_block = await aregistry_block(registry)
-        version_events = ctx.related() + [
-            r for r in service_related(service) if r["prefect.resource.role"] == "training-job"
-        ]
+        version_events = ctx.related() + rollback_related(service, namespace)
         client = registry_block.registry(on_event=model_version_sender(ctx, version_events))
         promoted = decision
 

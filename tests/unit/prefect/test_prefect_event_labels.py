@@ -224,3 +224,20 @@ def test_the_tutorial_counts_the_block_types_there_are() -> None:
     assert f"the {words[len(BLOCK_TYPES)]} block types" in text
     for block in BLOCK_TYPES:
         assert f"**{block.get_block_type_name()}**" in text
+
+
+def test_a_rollouts_model_version_events_relate_to_the_endpoint() -> None:
+    from kubedl_prefect.prefect.model_blocks import KServeServing
+    from kubedl_prefect.prefect.serving_tasks import rollback_related
+    from kubedl_prefect.serving import ModelLink
+
+    spec = KServeServing(namespace="ml").service(
+        "fraud", "s3://x/m", link=ModelLink("fraud", "3", "ml", "fraud-x7k2-a1", "uid-job")
+    )
+    related = {
+        r["prefect.resource.role"]: r["prefect.resource.id"] for r in rollback_related(spec, "ml")
+    }
+    assert related == {
+        "inference-service": "kubedl.inference-service.ml.fraud",
+        "training-job": "kubedl.training-job.uid-job",
+    }
