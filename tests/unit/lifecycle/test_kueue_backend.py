@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from kubedl_prefect.errors import AdmissionTimeoutError, FailureCategory, JobFailedError
 from kubedl_prefect.kube.credentials import connect
@@ -31,6 +33,7 @@ from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import TrainingJobSpec, parse_spec
 from tests.support.operator import FakeOperator
 
+DEPLOY = Path(__file__).parents[3] / "deploy"
 PYTORCHJOBS = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
 UNUSED = (
     "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu "
@@ -230,3 +233,37 @@ async def test_an_evicted_job_is_requeued_and_the_same_job_succeeds(
     # One job for the key: nothing was submitted twice.
     names = [j["metadata"]["name"] for j in (await kueue.client.list(PYTORCHJOBS, "ml")).items]
     assert names == [ref.name]
+
+
+def granted() -> list[dict[str, Any]]:
+    """The rules of deploy/rbac.yaml's Role and deploy/cluster-rbac.yaml's ClusterRole."""
+    rules: list[dict[str, Any]] = []
+    for name, kind in (("rbac.yaml", "Role"), ("cluster-rbac.yaml", "ClusterRole")):
+        text = (DEPLOY / name).read_text().replace("NAMESPACE", "ml")
+        rules += next(d for d in yaml.safe_load_all(text) if d and d["kind"] == kind)["rules"]
+    return rules
+
+
+async def test_the_kueue_reads_are_granted_by_the_deployed_roles(
+    backend: KubernetesBackend, kueue: FakeOperator, fake_api: Any
+) -> None:
+    await queues(kueue)
+    ref = await backend.submit(spec(), key="granted")
+    await workload(kueue, ref, condition("QuotaReserved", False, "Pending", UNUSED))
+    with pytest.raises(AdmissionTimeoutError):
+        await asyncio.wait_for(backend.wait_admitted(ref, timeout_s=1.0), 10)
+    reads = set()
+    for record in fake_api.request_log:
+        parts = [p for p in record.path.split("/") if p]
+        # The backend only reads them; the test plays Kueue with creates and patches.
+        if record.verb in ("get", "list", "watch") and parts[1:2] == ["kueue.x-k8s.io"]:
+            rest = parts[3:]
+            resource = rest[2] if rest[0] == "namespaces" else rest[0]
+            reads.add((resource, record.verb))
+    assert reads >= {("localqueues", "get"), ("clusterqueues", "get"), ("workloads", "list")}
+    rules = granted()
+    for resource, verb in reads:
+        assert any(
+            "kueue.x-k8s.io" in r["apiGroups"] and resource in r["resources"] and verb in r["verbs"]
+            for r in rules
+        ), (resource, verb)
