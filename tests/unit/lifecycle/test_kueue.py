@@ -124,6 +124,12 @@ CASES: dict[str, tuple[AdmissionBlocker, bool, str, tuple[str, ...]]] = {
         CQ,
         ("(PodsReadyTimeout, 2 times so far)", "back in the queue at 2026-12-01T10:04:00Z"),
     ),
+    "evicted-stopping": (
+        B.REQUEUED,
+        False,
+        CQ,
+        ("requeued after eviction (Preempted)", "Preempted to accommodate a workload"),
+    ),
     "requeued-quota-in-use": (
         B.INSUFFICIENT_QUOTA,
         False,
