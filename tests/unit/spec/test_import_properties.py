@@ -127,3 +127,18 @@ def test_render_then_import_gives_the_spec_back(data: dict[str, Any]) -> None:
         again = render(imported, dialect)
         assert differences(operator_view(again), operator_view(manifest)) == []
         assert import_manifest(again).spec == imported
+
+
+@PROPERTY_SETTINGS
+@given(data=valid_spec_data())
+def test_a_rendered_trainjob_imports_and_renders_back_the_same(data: dict[str, Any]) -> None:
+    # A TrainJob has one template for every node, so the imported spec has one role: the
+    # property is about the job, not the spec's shape.
+    spec = parse_spec(data)
+    manifest, error = attempt(lambda: render(spec, Dialect.TRAINER))
+    if error is not None:
+        return  # Trainer refuses much; test_trainer says what and why
+    imported = import_manifest(manifest).spec
+    again = render(imported, Dialect.TRAINER)
+    assert differences(operator_view(again), operator_view(manifest)) == []
+    assert import_manifest(again).spec == imported
