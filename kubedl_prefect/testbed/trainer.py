@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import shutil
 from pathlib import Path
 from typing import Any, Final
@@ -285,6 +286,22 @@ async def _service_account_token(kube: KubeClient) -> str:
     return str(answer["status"]["token"])
 
 
+def token_issuer(token: str) -> str:
+    """The ``iss`` claim of a JWT (read without checking its signature, as Trainer does).
+
+    Example:
+        >>> payload = base64.urlsafe_b64encode(b'{"iss":"https://127.0.0.1:28443"}')
+        >>> token_issuer("e30." + payload.decode().rstrip("=") + ".sig")
+        'https://127.0.0.1:28443'
+    """
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        return str(claims["iss"])
+    except (IndexError, ValueError, KeyError, TypeError) as exc:
+        raise TestbedError(f"the service-account token is not a JWT with an issuer: {exc}") from exc
+
+
 def write_token(layout: Layout) -> Path:
     """Write a fresh token of Trainer's ServiceAccount to :func:`token_file`; return its path.
 
@@ -292,6 +309,15 @@ def write_token(layout: Layout) -> Path:
     the projected token) and then discovers the issuer's keys from the API server.
     """
     token = cluster.call(layout, _service_account_token)
+    issuer = token_issuer(token)
+    if issuer != layout.apiserver_url:
+        raise TestbedError(
+            f"the API server of test bed {layout.name} issues service-account tokens as "
+            f"{issuer!r}, not as itself ({layout.apiserver_url}): Trainer's status server "
+            "could not find the issuer's keys",
+            hint=f"it was started by an older kubedl-prefect: run `kubedl-prefect testbed down "
+            f"--name {layout.name}`, then `up`",
+        )
     path = token_file(layout)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(token)

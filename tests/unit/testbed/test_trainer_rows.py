@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import build, content, operators, trainer
+from kubedl_prefect.testbed import build, cluster, content, operators, trainer
 from kubedl_prefect.testbed.components import ComponentContext, Layout, Ports
 from kubedl_prefect.testbed.pki import CertificateAuthority
 from kubedl_prefect.testbed.upstream import JOBSET, KUBEFLOW_TRAINING, TRAINER, module_file
@@ -221,3 +221,24 @@ def test_json_patch_supports_only_add_and_replace() -> None:
     assert document == {"a": [1, 2, 3]}
     with pytest.raises(TestbedError, match="unsupported JSON patch"):
         trainer.apply_json_patch(document, [{"op": "remove", "path": "/a"}])
+
+
+def _token(issuer: str) -> str:
+    payload = base64.urlsafe_b64encode(f'{{"iss": "{issuer}"}}'.encode()).decode().rstrip("=")
+    return f"e30.{payload}.signature"
+
+
+def test_the_token_is_written_only_when_the_api_server_is_its_own_issuer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = _context(tmp_path, monkeypatch, "x").layout
+    monkeypatch.setattr(cluster, "call", lambda *a, **k: _token(layout.apiserver_url))
+    path = trainer.write_token(layout)
+    assert path == trainer.token_file(layout)
+    assert trainer.token_issuer(path.read_text()) == layout.apiserver_url
+    assert path.stat().st_mode & 0o777 == 0o600
+    old = "https://kubernetes.default.svc.cluster.local"
+    monkeypatch.setattr(cluster, "call", lambda *a, **k: _token(old))
+    with pytest.raises(TestbedError, match="not as itself") as error:
+        trainer.write_token(layout)
+    assert "testbed down" in str(error.value.hint)
