@@ -46,16 +46,12 @@ from prefect.events import emit_event
 from kubedl_prefect.errors import Diagnosis
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
 from kubedl_prefect.lifecycle.status import Phase
-from kubedl_prefect.registry.events import ModelVersionEvent
+from kubedl_prefect.registry.events import ModelVersionEvent, model_version_id
 from kubedl_prefect.registry.gate import TAG_DECISION
-from kubedl_prefect.serving.events import InferenceServiceEvent
+from kubedl_prefect.serving.events import InferenceServiceEvent, inference_service_id
 
 EVENT_PREFIX: Final = "kubedl.training-job"
 """The prefix of every event name, and of every job resource id."""
-MODEL_VERSION_PREFIX: Final = "kubedl.model-version"
-"""The prefix of every model version's resource id (``<prefix>.<name>.<version>``)."""
-INFERENCE_SERVICE_PREFIX: Final = "kubedl.inference-service"
-"""The prefix of every InferenceService's resource id (``<prefix>.<namespace>.<name>``)."""
 
 LABEL_REASON: Final = "kubedl.reason"
 """Why a ``queued``, ``failed`` or ``cancelled`` event happened, as a category: the blocker, the
@@ -344,16 +340,6 @@ def training_job_related(uid: str | None, name: str | None = None) -> list[dict[
             "prefect.resource.name": name or "",
         }
     ]
-
-
-def model_version_id(model_name: str, version: str) -> str:
-    """``kubedl.model-version.<name>.<version>``: a model version's resource id."""
-    return f"{MODEL_VERSION_PREFIX}.{model_name}.{version}"
-
-
-def inference_service_id(namespace: str, name: str) -> str:
-    """``kubedl.inference-service.<namespace>.<name>``: an InferenceService's resource id."""
-    return f"{INFERENCE_SERVICE_PREFIX}.{namespace}.{name}"
 
 
 def model_version_related(model_name: str, version: str) -> dict[str, str]:

@@ -28,6 +28,16 @@ ALIAS_RESTORED: Final = "kubedl.model-version.alias-restored"
 _NAMESPACE: Final = uuid.UUID("6f1c8a52-2b9d-4f53-9a8e-0d2f5c7b4e11")
 
 
+def model_version_id(model_name: str, version: str) -> str:
+    """``kubedl.model-version.<name>.<version>``: a model version's resource id (events).
+
+    Example:
+        >>> model_version_id("fraud", "3")
+        'kubedl.model-version.fraud.3'
+    """
+    return f"kubedl.model-version.{model_name}.{version}"
+
+
 @dataclass(frozen=True)
 class ModelVersionEvent:
     """One thing that happened to a model version.
@@ -46,8 +56,8 @@ class ModelVersionEvent:
 
     @property
     def resource_id(self) -> str:
-        """``mlflow.model-version.<name>.<version>``: the resource the event is about."""
-        return f"mlflow.model-version.{self.model_name}.{self.version}"
+        """``kubedl.model-version.<name>.<version>``: the resource the event is about."""
+        return model_version_id(self.model_name, self.version)
 
     @property
     def id(self) -> str:

@@ -26,6 +26,16 @@ ROLLED_BACK: Final = "kubedl.inference-service.rolled-back"
 _NAMESPACE: Final = uuid.UUID("2d7e3b1a-5c4f-4e8a-b6d9-1f0a9c3e7b52")
 
 
+def inference_service_id(namespace: str, name: str) -> str:
+    """``kubedl.inference-service.<namespace>.<name>``: an InferenceService's resource id (events).
+
+    Example:
+        >>> inference_service_id("ml", "fraud")
+        'kubedl.inference-service.ml.fraud'
+    """
+    return f"kubedl.inference-service.{namespace}.{name}"
+
+
 @dataclass(frozen=True)
 class InferenceServiceEvent:
     """One thing that happened to an InferenceService.
@@ -48,8 +58,8 @@ class InferenceServiceEvent:
 
     @property
     def resource_id(self) -> str:
-        """``kubernetes.inferenceservice.<namespace>.<name>``."""
-        return f"kubernetes.inferenceservice.{self.namespace}.{self.name}"
+        """``kubedl.inference-service.<namespace>.<name>``: the resource the event is about."""
+        return inference_service_id(self.namespace, self.name)
 
     @property
     def id(self) -> str:

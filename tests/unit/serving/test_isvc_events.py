@@ -22,7 +22,7 @@ def test_inference_service_event_ids_follow_uid_event_and_resource_version() -> 
         )
         == 4
     )
-    assert event(READY, "3").resource_id == "kubernetes.inferenceservice.ml.fraud"
+    assert event(READY, "3").resource_id == "kubedl.inference-service.ml.fraud"
 
 
 def test_model_version_event_ids_follow_the_version_and_payload() -> None:
@@ -31,4 +31,17 @@ def test_model_version_event_ids_follow_the_version_and_payload() -> None:
     promoted = ModelVersionEvent(PROMOTED, "fraud", "3")
     assert first.id == retried.id
     assert first.id != promoted.id
-    assert promoted.resource_id == "mlflow.model-version.fraud.3"
+    assert promoted.resource_id == "kubedl.model-version.fraud.3"
+
+
+def test_the_records_and_the_prefect_events_name_resources_alike() -> None:
+    # One id per resource, under our own prefix, whichever layer builds the event.
+    import doctest
+
+    import kubedl_prefect.registry.events as registry_events
+    import kubedl_prefect.serving.events as serving_events
+
+    for module in (registry_events, serving_events):
+        result = doctest.testmod(module, raise_on_error=False)
+        assert result.attempted > 0
+        assert result.failed == 0
