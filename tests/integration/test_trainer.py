@@ -68,14 +68,21 @@ async def eventually(
 
 
 def train_job(
-    name: str, runtime: str, *, nodes: int, node_runs: str = "4s", **trainer_fields: Any
+    name: str,
+    runtime: str,
+    *,
+    nodes: int,
+    node_runs: str = "4s",
+    node_annotations: dict[str, str] | None = None,
+    **trainer_fields: Any,
 ) -> Obj:
     """A TrainJob as a user writes it; the ``node`` pods run ``node_runs`` under kwok.
 
-    kwok's ``run-duration`` annotation reaches the pods through a runtime patch, as any pod
-    annotation of the ``trainer`` dialect does.
+    kwok's annotations (``run-duration``, ``exit-code``...) reach the pods through a runtime
+    patch, as any pod annotation of the ``trainer`` dialect does.
     """
-    pod_template = {"metadata": {"annotations": {content.RUN_DURATION: node_runs}}}
+    annotations = {content.RUN_DURATION: node_runs, **(node_annotations or {})}
+    pod_template = {"metadata": {"annotations": annotations}}
     node_job = {"name": "node", "template": {"spec": {"template": pod_template}}}
     patch = {
         "manager": "kubedl-prefect.io/tests",
@@ -381,6 +388,68 @@ async def test_the_volcano_scheduled_runtime_holds_a_gang_that_does_not_fit(
     job = await cluster.train_job(too_big)
     assert "Complete" not in conditions(job)
     assert "Failed" not in conditions(job)
+
+
+async def test_a_failing_node_fails_the_train_job_with_the_jobsets_reason(
+    cluster: Cluster,
+) -> None:
+    name = "boom"
+    await cluster.create_train_job(
+        train_job(
+            name,
+            "torch-distributed",
+            nodes=2,
+            node_runs="1s",
+            node_annotations={content.EXIT_CODE: "3"},
+        )
+    )
+    failed = await eventually(
+        f"TrainJob {name} Failed",
+        lambda: cluster.train_job(name),
+        lambda job: conditions(job).get("Failed", {}).get("status") == "True",
+        60,
+    )
+    condition = conditions(failed)["Failed"]
+    assert condition["reason"] == "FailedJobs"
+    assert condition["message"] == (
+        f"jobset failed due to one or more job failures (first failed job: {name}-node-0)"
+    )
+    assert "Complete" not in conditions(failed)
+    assert failed["status"]["jobsStatus"][0]["failed"] == 1
+    # The pods restart in place (OnFailure) until the Job's backoffLimit (6), then the Job
+    # controller deletes them: the Job keeps the reason.
+    job = await cluster.batch.read_namespaced_job(f"{name}-node-0", cluster.namespace)
+    job_failed = next(c for c in job.status.conditions if c.type == "Failed")
+    assert job_failed.reason == "BackoffLimitExceeded"
+
+
+async def test_a_suspended_train_job_is_suspended_not_failed_and_runs_when_resumed(
+    cluster: Cluster,
+) -> None:
+    name = "held"
+    manifest = train_job(name, "torch-distributed", nodes=1)
+    manifest["spec"]["suspend"] = True
+    await cluster.create_train_job(manifest)
+    suspended = await eventually(
+        "Suspended",
+        lambda: cluster.train_job(name),
+        lambda job: conditions(job).get("Suspended", {}).get("status") == "True",
+        30,
+    )
+    assert conditions(suspended)["Suspended"]["reason"] == "Suspended"
+    assert suspended["status"]["jobsStatus"][0]["suspended"] == 1
+    assert await cluster.pods(name) == []
+    await cluster.custom.patch_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        cluster.namespace,
+        "trainjobs",
+        name,
+        [{"op": "replace", "path": "/spec/suspend", "value": False}],
+    )
+    finished = await cluster.complete(name)
+    resumed = conditions(finished)["Suspended"]
+    assert (resumed["status"], resumed["reason"]) == ("False", "Resumed")
 
 
 # -- status and supervision (these stop and crash the shared Trainer: they come last) ----------
