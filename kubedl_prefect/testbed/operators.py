@@ -1,6 +1,6 @@
-"""Operators of the test bed: KubeDL (gang-scheduled by Volcano), Kubeflow's, and KServe.
+"""Operators of the test bed: KubeDL (gang-scheduled by Volcano), Kubeflow's, KServe, Trainer v2.
 
-Four processes run next to the control plane, three built from a wrapper module of our own under
+Six processes run next to the control plane, five built from a wrapper module of our own under
 ``go/`` (one per Kubernetes-library pin; see docs/operators.md for versions and findings):
 
 - the **Volcano scheduler** (``vc-scheduler``), scheduler name ``volcano``, with a scheduler
@@ -10,7 +10,9 @@ Four processes run next to the control plane, three built from a wrapper module 
 - the **Kubeflow training operator** (``training-operator``, ``kubeflow.org/v1``), also gang
   scheduled through Volcano;
 - the **KServe controller** (``kserve-manager``, built from KServe's own module), in Standard
-  mode: see :mod:`.kserve`.
+  mode: see :mod:`.kserve`;
+- the **JobSet controller** and the **Kubeflow Trainer v2 controller** (``trainer.kubeflow.org``
+  TrainJobs run as JobSets), their webhooks registered with the API server: see :mod:`.trainer`.
 
 Besides its command line, each operator needs objects in the cluster before it starts (its RBAC,
 Volcano's queues in the ``Open`` state, the Secret the Kubeflow operator's certificate rotator

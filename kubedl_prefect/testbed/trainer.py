@@ -26,9 +26,12 @@ ClusterRoles (bound to each controller's client-certificate user) and the runtim
 (:func:`cluster_training_runtimes`). Runtimes are written once the Trainer's webhook answers
 (its validator checks them), after the controllers started: see :func:`install_after_start`.
 
-Two listeners of Trainer have no host setting, so the build patches them
-(:data:`TRAINER_BINARY`): the status server binds every interface, and it (with the OIDC
-issuer discovery of its token authorizer) reads files from fixed in-Pod paths.
+Trainer's status server has no host setting and binds every interface, reads its certificate
+from a ``/tmp`` folder every test bed shares, and finds the token issuer in the in-Pod token
+file: the build patches those three places (:data:`TRAINER_BINARY`); the test bed hands it a
+TokenRequest token (:func:`write_token`) and runs the API server as its own issuer, so the
+status server's OIDC discovery works outside a Pod. Also written from the test bed's PKI: the
+Secret Trainer copies each TrainJob's status-server CA from (:func:`webhook_secret`).
 """
 
 from __future__ import annotations
