@@ -64,7 +64,7 @@ class JobRef:
     Args:
         backend: Which backend runs it (``kubernetes``, ``local``).
         cluster: Which cluster: the API server's URL (never a credential).
-        dialect: Which operator runs it (``kubedl``, ``kubeflow``).
+        dialect: Which operator runs it (``kubedl``, ``kubeflow``, ``trainer``; ``local``).
         namespace: Where it runs (a Kubernetes namespace, or the local backend's workspace).
         name: The job's name in the cluster (deterministic from the key and attempt).
         uid: The uid the cluster gave it; tells a re-created job of the same name apart.

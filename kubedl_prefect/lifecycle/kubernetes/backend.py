@@ -81,6 +81,7 @@ from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
 from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
 from kubedl_prefect.lifecycle.kubernetes.kueue import job_workload, kueue_request, queue_hold
+from kubedl_prefect.lifecycle.kubernetes.leftovers import adelete_leftovers
 from kubedl_prefect.lifecycle.kubernetes.ownership import (
     adoption_problem,
     attempt_of,
@@ -759,9 +760,13 @@ class KubernetesBackend:
         async def find() -> list[JobRef]:
             client = await self._get_client()
             found: list[JobRef] = []
+            seen: set[tuple[str, str]] = set()
             for dialect in Dialect:
                 for framework in Framework:
                     resource = job_resource(dialect, framework)
+                    if (resource.api_version, resource.kind) in seen:
+                        continue  # Trainer's one kind, TrainJob, serves every framework
+                    seen.add((resource.api_version, resource.kind))
                     kind = job_kind(resource.api_version, resource.kind)
                     try:
                         listing = await client.list(kind, where, label_selector=selector)
@@ -814,6 +819,7 @@ class KubernetesBackend:
             if not ref.uid:
                 raise
             raise await _replaced(client, kind, ref, exc) from exc
+        await adelete_leftovers(client, ref)  # a TrainJob's PodGroup (kubeflow/trainer#4033)
         deadline = Deadline(timeout_s)
         async with self._follow(ref, events=False, require_job=False) as (view, queue):
             while True:
