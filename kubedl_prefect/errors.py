@@ -27,6 +27,8 @@ Tree::
     │   ├── StartupTimeoutError        admitted, but replicas did not start in time
     │   └── CompletionTimeoutError     the job did not finish in time
     ├── JobFailedError                 the job failed (carries the diagnosis; retryable per cause)
+    │   └── ReplicaFunctionError       a function task's function raised on a replica
+    ├── FunctionPayloadTooLargeError   a function task's call is too large to send to replicas
     ├── JobCancelledError              the job was cancelled or deleted under us
     ├── AdmissionRefusedError          the machine can never fit the job (local backend)
     ├── TestbedError                   the local test bed could not be built or started
@@ -518,6 +520,62 @@ class JobFailedError(KubeDLPrefectError):
         super().__init__(message, hint=hint, retryable=retryable)
         self.diagnosis = diagnosis
         self.attempts = attempts
+
+
+class ReplicaFunctionError(JobFailedError):
+    """A function task's function raised on a replica: which one, how it exited, and why.
+
+    Args:
+        replica: The replica's name (``worker-0``).
+        rank: Its rank.
+        exit_code: The code it exited with.
+        last_line: The traceback's last line (``ValueError: bad shard``).
+        error_type: The exception's class name.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        replica: str,
+        rank: int,
+        exit_code: int | None,
+        last_line: str,
+        error_type: str,
+        hint: str | None = None,
+        retryable: bool | None = None,
+        diagnosis: Diagnosis | None = None,
+        attempts: int = 1,
+    ):
+        super().__init__(
+            message, hint=hint, retryable=retryable, diagnosis=diagnosis, attempts=attempts
+        )
+        self.replica = replica
+        self.rank = rank
+        self.exit_code = exit_code
+        self.last_line = last_line
+        self.error_type = error_type
+
+
+class FunctionPayloadTooLargeError(KubeDLPrefectError, ValueError):
+    """A function task's call (the function and its arguments) is too large to send.
+
+    Args:
+        size: The serialized call's size, in bytes.
+        limit: The most a function task may carry, in bytes.
+    """
+
+    def __init__(self, message: str, *, size: int, limit: int, hint: str | None = None):
+        super().__init__(
+            message,
+            hint=hint
+            or (
+                "pass large data as a path or URL the replicas read (a dataset on a shared "
+                "volume, an object store), not as an argument or a global the function uses"
+            ),
+        )
+        self.size = size
+        self.limit = limit
 
 
 class JobCancelledError(KubeDLPrefectError):

@@ -54,6 +54,10 @@ _EXPORTS: dict[str, str] = {
     "cancel_training_job": "kubedl_prefect.prefect.tasks",
     "acancel_training_job": "kubedl_prefect.prefect.tasks",
     "retry_if_retryable": "kubedl_prefect.prefect.tasks",
+    # function tasks
+    "distributed_task": "kubedl_prefect.prefect.functions",
+    "distributed_job": "kubedl_prefect.prefect.functions",
+    "current_replica": "kubedl_prefect.prefect.replica",
     # model registry and serving tasks
     "start_model_run": "kubedl_prefect.prefect.registry_tasks",
     "astart_model_run": "kubedl_prefect.prefect.registry_tasks",
@@ -107,9 +111,12 @@ __all__ = [
     "awatch_admission",
     "awatch_completion",
     "cancel_training_job",
+    "current_replica",
     "delete_jobs_on_cancellation",
     "delete_jobs_on_crash",
     "deploy_inference_service",
+    "distributed_job",
+    "distributed_task",
     "gate_model_version",
     "register_model",
     "render_inference_service",
@@ -143,6 +150,7 @@ if TYPE_CHECKING:
     )
     from kubedl_prefect.prefect.context import schedule_slot_key
     from kubedl_prefect.prefect.events import JobEvent
+    from kubedl_prefect.prefect.functions import distributed_job, distributed_task
     from kubedl_prefect.prefect.model_blocks import KServeServing, MlflowRegistry
     from kubedl_prefect.prefect.registry_tasks import (
         agate_model_version,
@@ -154,6 +162,7 @@ if TYPE_CHECKING:
         resolve_model_version,
         start_model_run,
     )
+    from kubedl_prefect.prefect.replica import current_replica
     from kubedl_prefect.prefect.results import AttemptSummary, TrainingResult
     from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
     from kubedl_prefect.prefect.serving_tasks import (

@@ -195,7 +195,7 @@ def evaluate(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> tuple[float,
 def train(settings: Settings) -> dict[str, float]:
     """Train (resuming from the checkpoint), hand the model over; the final metrics."""
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
-    if distributed:
+    if distributed and not dist.is_initialized():  # a function task's bootstrap joined it
         init_process_group("gloo")
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1

@@ -1,0 +1,211 @@
+"""What every replica of a function task runs: ``python -m kubedl_prefect.prefect.bootstrap``.
+
+It reads the operators' environment (:func:`~kubedl_prefect.prefect.replica.current_replica`),
+joins the job's torch process group when torch is importable and the job has more than one
+replica (``gloo`` on the CPU, ``nccl`` where CUDA is; ``$KUBEDL_PREFECT_PROCESS_GROUP`` says
+otherwise), loads the function and its arguments the task sent (only that payload: its SHA-256
+is checked), calls it, and leaves in the job's checkpoint directory rank 0's return value, or
+the error record of a replica whose function raised (and exits 1, its traceback on stderr).
+
+With a loopback ``MASTER_ADDR`` (a ``LocalCluster``) the rendezvous store listens there only:
+torch's own ``env://`` store would listen on every interface of the machine.
+
+Neither this module nor :mod:`~kubedl_prefect.prefect.replica` imports Prefect or torch at
+import time; torch is imported only to join the process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import ipaddress
+import os
+import socket
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from kubedl_prefect.prefect.replica import (
+    CHECKPOINT_ENV,
+    EXIT_FUNCTION_RAISED,
+    EXIT_OTHER_RANK_FAILED,
+    PROCESS_GROUP_ENV,
+    Replica,
+    ReplicaError,
+    clear_outputs,
+    current_replica,
+    load_call,
+    read_payload,
+    write_error,
+    write_result,
+)
+
+
+def _is_loopback(address: str) -> bool:
+    if address.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def process_group_backend(replica: Replica, requested: str | None) -> str | None:
+    """The torch process group to join: ``None`` alone, without torch, or when asked not to.
+
+    Example:
+        >>> process_group_backend(Replica(rank=0, world_size=1), "auto") is None
+        True
+        >>> process_group_backend(Replica(rank=0, world_size=2), "none") is None
+        True
+    """
+    choice = (requested or "auto").lower()
+    if choice == "none" or replica.world_size < 2 or replica.master_addr is None:
+        return None
+    if importlib.util.find_spec("torch") is None:
+        return None
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "nccl" if torch.cuda.is_available() else "gloo"
+
+
+def init_process_group(replica: Replica, backend: str) -> Any:
+    """Join the job's process group; its rendezvous store (on loopback only, when local).
+
+    The store is made here rather than by ``env://`` for two reasons: torch's own would listen
+    on every interface of the machine even with a loopback ``MASTER_ADDR``, and the replicas
+    tell each other through it how their function ended (:func:`report_and_wait`).
+    """
+    import torch.distributed as dist
+    from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public, not in __all__
+
+    assert replica.master_addr is not None
+    assert replica.master_port is not None
+    host = replica.master_addr
+    if host.lower().rstrip(".") == "localhost":
+        host = "127.0.0.1"
+    if replica.rank != 0:
+        store = TCPStore(host, replica.master_port, replica.world_size, is_master=False)
+    elif _is_loopback(host):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listener = socket.create_server(
+            (host, replica.master_port), family=family, backlog=max(128, replica.world_size)
+        )
+        store = TCPStore(
+            host,
+            replica.master_port,
+            replica.world_size,
+            is_master=True,
+            master_listen_fd=listener.detach(),
+            use_libuv=True,
+        )
+    else:  # a cluster: rank 0 cannot bind the master's service address; as env:// does
+        store = TCPStore(host, replica.master_port, replica.world_size, is_master=True)
+    dist.init_process_group(backend, store=store, rank=replica.rank, world_size=replica.world_size)
+    return store
+
+
+STATUS_KEY = "kubedl-prefect/function-status/"
+"""Store keys: ``<prefix><rank>`` is ``ok`` or ``failed`` once that rank's function ended."""
+
+
+def report_and_wait(store: Any, replica: Replica, *, ok: bool) -> list[int]:
+    """Tell the others how this rank's function ended; rank 0 waits for every rank's word.
+
+    A PyTorch job succeeds when its master does, whatever the workers did: so rank 0 does not
+    return the result (nor exit 0) before every rank has said it returned too.
+
+    Returns:
+        For rank 0, the ranks whose function failed (or never said: a killed replica); for the
+        others, nothing.
+    """
+    from datetime import timedelta
+
+    try:
+        store.set(f"{STATUS_KEY}{replica.rank}", "ok" if ok else "failed")
+    except Exception:  # rank 0, which serves the store, is gone: nobody is left to tell
+        return []
+    if replica.rank != 0:
+        return []
+    failed: list[int] = []
+    for rank in range(1, replica.world_size):
+        try:
+            store.wait([f"{STATUS_KEY}{rank}"], timedelta(seconds=STATUS_WAIT_S))
+            status = store.get(f"{STATUS_KEY}{rank}")
+        except Exception:
+            failed.append(rank)
+            continue
+        if status != b"ok":
+            failed.append(rank)
+    return failed
+
+
+STATUS_WAIT_S = 1800.0
+"""How long rank 0 waits for the others' word once its own function returned (torch's default
+collective timeout)."""
+
+
+def _leave_process_group() -> None:
+    if "torch" not in sys.modules:
+        return
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    value = fn(*args, **kwargs)
+    if inspect.iscoroutine(value):
+        value = asyncio.run(value)
+    return value
+
+
+def main() -> int:
+    """Run the task's function as this replica; 0 when it (and every other rank's) returned."""
+    replica = current_replica()
+    outputs = Path(os.environ.get(CHECKPOINT_ENV) or "checkpoints")
+    clear_outputs(outputs, replica.rank)
+    store: Any = None
+    try:
+        try:
+            data, expected = read_payload()
+            fn, args, kwargs = load_call(data, expected)
+            backend = process_group_backend(replica, os.environ.get(PROCESS_GROUP_ENV))
+            if backend is not None:
+                store = init_process_group(replica, backend)
+            value = _call(fn, args, kwargs)
+        except BaseException as exc:
+            traceback.print_exc()
+            sys.stderr.flush()
+            write_error(outputs, ReplicaError.of(replica.rank, exc))
+            if store is not None:
+                report_and_wait(store, replica, ok=False)
+            return EXIT_FUNCTION_RAISED
+        failed = report_and_wait(store, replica, ok=True) if store is not None else []
+        if failed:
+            print(
+                f"rank 0: the function failed on rank(s) {', '.join(map(str, failed))}: "
+                "no result is returned",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_OTHER_RANK_FAILED
+        if replica.is_rank_zero:
+            try:
+                write_result(outputs, value)
+            except Exception as exc:  # a value cloudpickle cannot write
+                traceback.print_exc()
+                write_error(outputs, ReplicaError.of(replica.rank, exc))
+                return EXIT_FUNCTION_RAISED
+        return 0
+    finally:
+        _leave_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
