@@ -64,8 +64,13 @@ if TYPE_CHECKING:
     from kubedl_prefect.kube.credentials import Credentials
     from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
 
-DOCUMENTATION_URL = "https://github.com/kubedl-io/kubedl-prefect/blob/main/docs/prefect.md"
-"""Where the blocks' documentation lives (shown on the block's page in the Prefect UI)."""
+DOCUMENTATION_URL: HttpUrl | None = None
+"""Where the blocks' documentation lives on the web: nowhere yet.
+
+The documentation ships with the sources (``docs/prefect.md``), not at a URL; the block pages
+of the Prefect UI show no link rather than a guessed one. Set it when the documentation is
+published at an address that resolves.
+"""
 
 LOGO_URL = (
     "https://cdn.sanity.io/images/3ugk85nk/production/"
@@ -135,7 +140,7 @@ class KubernetesCluster(Block):
             KubernetesCluster(kubeconfig_path="~/.kube/config", context="gpu", namespace="ml").save(
                 "gpu-cluster", overwrite=True
             )
-            cluster = KubernetesCluster.load("gpu-cluster")
+            cluster = KubernetesCluster.load("BLOCK_NAME")  # here: "gpu-cluster"
             backend = cluster.backend(dialect="kubedl")
     """
 
@@ -145,7 +150,7 @@ class KubernetesCluster(Block):
     _block_type_name: ClassVar[str] = "KubeDL Kubernetes Cluster"
     _block_type_slug: ClassVar[str] = "kubedl-kubernetes-cluster"
     _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
-    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "A Kubernetes cluster with the KubeDL or Kubeflow training operator: how to reach it "
         "(kubeconfig content or file, in-cluster, or a bearer token) and the default namespace."
@@ -393,6 +398,15 @@ class LocalCluster(Block):
     namespace: a training job block's ``namespace``, when set, is the workspace its jobs use.
 
     Example:
+        Load a saved one by name in a flow::
+
+            from kubedl_prefect.prefect import LocalCluster
+
+            cluster = LocalCluster.load("BLOCK_NAME")
+            backend = cluster.backend()
+
+        Or make one in code:
+
         >>> cluster = LocalCluster(workspace="/tmp/kubedl-ws", max_processes=2)
         >>> cluster.backend().namespace
         '/tmp/kubedl-ws'
@@ -405,7 +419,7 @@ class LocalCluster(Block):
     _block_type_name: ClassVar[str] = "KubeDL Local Cluster"
     _block_type_slug: ClassVar[str] = "kubedl-local-cluster"
     _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
-    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "This machine as a training cluster (the embedded default): each replica of a training "
         "job runs as a local process under the operators' environment contract."
@@ -478,9 +492,9 @@ class LocalCluster(Block):
     @property
     def namespace(self) -> str:
         """The workspace, resolved: what stands for a namespace on this machine."""
-        from kubedl_prefect.lifecycle.local.backend import default_workspace
+        from kubedl_prefect.prefect.settings import local_workspace
 
-        return str(Path(self.workspace or default_workspace()).expanduser().resolve())
+        return str(Path(self.workspace or local_workspace()).expanduser().resolve())
 
     def backend(
         self,
@@ -559,7 +573,12 @@ class RetrySettings(BaseModel):
     backoff_factor: float = Field(
         default=2.0, ge=1, title="Pause factor", description="Each further pause is this longer."
     )
-    max_backoff_s: float = Field(default=300.0, ge=0, title="Longest pause (s)")
+    max_backoff_s: float = Field(
+        default=300.0,
+        ge=0,
+        title="Longest pause (s)",
+        description="No pause between attempts is longer than this.",
+    )
 
     def policy(self) -> RetryPolicy:
         """The lifecycle's :class:`~kubedl_prefect.lifecycle.retry.RetryPolicy`."""
@@ -622,6 +641,12 @@ class TrainingJob(JobBlock[TrainingResult]):
     attempt, with events, artifacts and labelled logs of every replica in the Prefect run.
 
     Example:
+        Load a saved one by name::
+
+            from kubedl_prefect.prefect import TrainingJob
+
+            job = TrainingJob.load("BLOCK_NAME")
+
         In an async flow::
 
             from prefect import flow
@@ -645,7 +670,7 @@ class TrainingJob(JobBlock[TrainingResult]):
     _block_type_name: ClassVar[str] = "KubeDL Training Job"
     _block_type_slug: ClassVar[str] = "kubedl-training-job"
     _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
-    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "A distributed training job (PyTorch, TensorFlow, MPI, XGBoost) run by the KubeDL or "
         "Kubeflow operator: gang admission, watched phases, classified retries, adoption."
@@ -661,7 +686,8 @@ class TrainingJob(JobBlock[TrainingResult]):
         title="Spec file",
         description=(
             "Or: a spec YAML file, read on the machine where the flow runs: a .yaml, .yml or "
-            ".json file inside the flow's working directory (or $KUBEDL_PREFECT_SPEC_ROOT)."
+            ".json file inside the flow's working directory (or the folder the worker's "
+            "PREFECT_INTEGRATIONS_KUBEDL_SPEC_ROOT names)."
         ),
     )
     cluster: KubernetesCluster | LocalCluster = Field(
@@ -687,8 +713,19 @@ class TrainingJob(JobBlock[TrainingResult]):
             "the flow run's id and the task's name, stable across retries of either."
         ),
     )
-    retry: RetrySettings = Field(default_factory=RetrySettings, title="Retries")
-    timeouts: WaitSettings = Field(default_factory=WaitSettings, title="Time limits")
+    retry: RetrySettings = Field(
+        default_factory=RetrySettings,
+        title="Retries",
+        description=(
+            "How often and how soon a retryable failure (eviction, preemption) runs again: "
+            "each attempt is a job of its own, from the same checkpoint."
+        ),
+    )
+    timeouts: WaitSettings = Field(
+        default_factory=WaitSettings,
+        title="Time limits",
+        description="How long each waiting phase may take, in seconds (empty: no limit).",
+    )
     stream_logs: bool = Field(
         default=True,
         title="Stream logs",
@@ -745,9 +782,9 @@ class TrainingJob(JobBlock[TrainingResult]):
         """The typed spec (read from :attr:`spec_file` when that is how it was given).
 
         A block is untrusted input: its ``spec_file`` is read only if it is a ``.yaml``,
-        ``.yml`` or ``.json`` file inside the flow's working directory (or
-        ``$KUBEDL_PREFECT_SPEC_ROOT``), and the file's lines are quoted in errors only once it
-        parsed as a spec (:func:`~kubedl_prefect.spec.load_untrusted_spec`).
+        ``.yml`` or ``.json`` file inside the flow's working directory (or the folder of the
+        setting ``PREFECT_INTEGRATIONS_KUBEDL_SPEC_ROOT``), and the file's lines are quoted in
+        errors only once it parsed as a spec (:func:`~kubedl_prefect.spec.load_untrusted_spec`).
 
         Raises:
             SpecError: The spec or the file is invalid, with every problem's field and fix.
@@ -755,7 +792,9 @@ class TrainingJob(JobBlock[TrainingResult]):
         if self.spec is not None:
             return parse_spec(self.spec, source="the block's spec")
         assert self.spec_file is not None
-        return load_untrusted_spec(self.spec_file)
+        from kubedl_prefect.prefect.settings import spec_root
+
+        return load_untrusted_spec(self.spec_file, root=spec_root())
 
     def pod_security_warnings(self) -> list[PodSecurityFinding]:
         """The spec's settings that break a Pod Security level; :meth:`trigger` logs them.

@@ -23,7 +23,6 @@ from pydantic import ConfigDict, Field, HttpUrl, SecretStr, model_validator
 from kubedl_prefect.errors import has_user_info
 from kubedl_prefect.prefect.blocks import (
     DOCUMENTATION_URL,
-    LOGO_URL,
     KubernetesCluster,
     ablock_from,
     block_from,
@@ -70,15 +69,17 @@ class MlflowRegistry(Block):
                 pod_password_key="password",
                 artifact_destination="s3://ml-artifacts",
             ).save("mlflow", overwrite=True)
-            registry = MlflowRegistry.load("mlflow").registry()
+            registry = MlflowRegistry.load("BLOCK_NAME").registry()  # here: "mlflow"
     """
 
     model_config = ConfigDict(hide_input_in_errors=True)
 
     _block_type_name: ClassVar[str] = "KubeDL MLflow Registry"
     _block_type_slug: ClassVar[str] = "kubedl-mlflow-registry"
-    _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
-    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    # No logo rather than one that is not the project's: MLflow's and KServe's own logo images
+    # could not be checked to resolve from where this was written (see docs/prefect.md).
+    _logo_url: ClassVar[HttpUrl | None] = None
+    _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "An MLflow tracking server and model registry for trained models: the experiment, "
         "credentials (kept secret), and where its artifact store is for KServe."
@@ -117,9 +118,21 @@ class MlflowRegistry(Block):
         title="Credentials Secret for the pods",
         description="A Kubernetes Secret in the job's namespace the pods read credentials from.",
     )
-    pod_username_key: str | None = Field(default=None, title="Its username key")
-    pod_password_key: str | None = Field(default=None, title="Its password key")
-    pod_token_key: str | None = Field(default=None, title="Its token key")
+    pod_username_key: str | None = Field(
+        default=None,
+        title="Its username key",
+        description="The key of that Secret holding the username (MLFLOW_TRACKING_USERNAME).",
+    )
+    pod_password_key: str | None = Field(
+        default=None,
+        title="Its password key",
+        description="The key of that Secret holding the password (MLFLOW_TRACKING_PASSWORD).",
+    )
+    pod_token_key: str | None = Field(
+        default=None,
+        title="Its token key",
+        description="The key of that Secret holding a bearer token (MLFLOW_TRACKING_TOKEN).",
+    )
     artifact_destination: str | None = Field(
         default=None,
         title="Artifact destination",
@@ -236,6 +249,7 @@ class KServeServing(Block):
                 max_replicas=3,
             )
             serving.save("serving", overwrite=True)
+            serving = KServeServing.load("BLOCK_NAME")  # here: "serving"
             spec = serving.service("fraud", "s3://ml-artifacts/3/models/m-ab/artifacts")
     """
 
@@ -243,8 +257,10 @@ class KServeServing(Block):
 
     _block_type_name: ClassVar[str] = "KubeDL KServe Serving"
     _block_type_slug: ClassVar[str] = "kubedl-kserve-serving"
-    _logo_url: ClassVar[HttpUrl] = HttpUrl(LOGO_URL)
-    _documentation_url: ClassVar[HttpUrl] = HttpUrl(DOCUMENTATION_URL)
+    # No logo rather than one that is not the project's: MLflow's and KServe's own logo images
+    # could not be checked to resolve from where this was written (see docs/prefect.md).
+    _logo_url: ClassVar[HttpUrl | None] = None
+    _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "KServe InferenceService settings for registered model versions: cluster, namespace, "
         "runtime, resources, replicas, and the time a service may take to be Ready."
@@ -266,7 +282,9 @@ class KServeServing(Block):
         description="The ClusterServingRuntime; empty lets KServe choose by format and protocol.",
     )
     model_format: str = Field(
-        default="mlflow", title="Model format", description="mlflow, sklearn, pytorch..."
+        default="mlflow",
+        title="Model format",
+        description="The KServe model format (mlflow, sklearn, pytorch).",
     )
     protocol: Literal["v1", "v2", "grpc-v1", "grpc-v2"] = Field(
         default="v2", title="Protocol", description="The inference protocol (MLflow: v2)."
@@ -281,11 +299,34 @@ class KServeServing(Block):
         title="Service account",
         description="The ServiceAccount whose secrets hold the storage credentials.",
     )
-    cpu: str | None = Field(default=None, title="CPU per replica", description="e.g. 1, 500m.")
-    memory: str | None = Field(default=None, title="Memory per replica", description="e.g. 2Gi.")
-    gpus: int = Field(default=0, ge=0, title="GPUs per replica")
-    min_replicas: int | None = Field(default=None, ge=0, title="Fewest replicas")
-    max_replicas: int | None = Field(default=None, ge=1, title="Most replicas")
+    cpu: str | None = Field(
+        default=None,
+        title="CPU per replica",
+        description="CPU per predictor replica, requests equal limits (1, 500m).",
+    )
+    memory: str | None = Field(
+        default=None,
+        title="Memory per replica",
+        description="Memory per predictor replica, requests equal limits (2Gi).",
+    )
+    gpus: int = Field(
+        default=0,
+        ge=0,
+        title="GPUs per replica",
+        description="nvidia.com/gpu per predictor replica (requests equal limits).",
+    )
+    min_replicas: int | None = Field(
+        default=None,
+        ge=0,
+        title="Fewest replicas",
+        description="The fewest predictor replicas (default: KServe's; 0 scales to zero).",
+    )
+    max_replicas: int | None = Field(
+        default=None,
+        ge=1,
+        title="Most replicas",
+        description="The most predictor replicas (default: KServe's).",
+    )
     check_compatibility: bool = Field(
         default=True,
         title="Check compatibility",

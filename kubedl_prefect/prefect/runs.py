@@ -52,6 +52,7 @@ from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import CancelReason
 from kubedl_prefect.prefect.reporting import JobReporter
 from kubedl_prefect.prefect.results import TrainingResult, training_result
+from kubedl_prefect.prefect.settings import get_settings
 from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.spec import TrainingJobSpec, key_hash, validate
 
@@ -106,6 +107,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
             f"{spec.name}-{key_hash(key)}",
             stream_logs=job.stream_logs,
             log_rate=job.log_lines_per_second,
+            log_burst=get_settings().log_burst,
         )
         self._result: TrainingResult | None = None
         self._error: BaseException | None = None

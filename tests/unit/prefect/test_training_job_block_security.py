@@ -30,6 +30,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (folder / "evil.yaml").symlink_to(tmp_path / "kubeconfig.yaml")
     monkeypatch.chdir(folder)
     monkeypatch.delenv("KUBEDL_PREFECT_SPEC_ROOT", raising=False)
+    monkeypatch.delenv("PREFECT_INTEGRATIONS_KUBEDL_SPEC_ROOT", raising=False)
     return folder
 
 
