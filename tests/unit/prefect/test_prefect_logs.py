@@ -74,3 +74,49 @@ def test_the_cost_of_a_line_held_back_is_small() -> None:
     for i in range(10_000):
         forward(line("worker-0", str(i)))
     assert forward.replicas["worker-0"].held == 10_000
+
+
+def test_each_replica_logs_under_a_logger_name_of_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run_logger = logging.LoggerAdapter(logging.getLogger("t.names"), {"task_run_id": "t-1"})
+    forward = LogForwarder(run_logger, rate=1.0, burst=1, clock=lambda: 0.0)
+    with caplog.at_level(logging.INFO, logger="t.names"):
+        forward(line("master-0", "epoch 1"))
+        forward(line("worker-1", "epoch 1", attempt=2))
+        forward(line("worker-1", "held", attempt=2))
+        forward.flush()
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [
+        ("kubedl.replica.master-0", "master-0 | epoch 1"),
+        ("kubedl.replica.worker-1", "worker-1 (attempt 2) | epoch 1"),
+        (
+            "kubedl.replica.worker-1",
+            "worker-1 (attempt 2) | held back 1 log line (more than 1 lines/s); "
+            "read them with kubectl logs",
+        ),
+    ]
+    # The run logger's extras (the run's ids) ride along: Prefect's API handler needs them.
+    assert {getattr(r, "task_run_id", None) for r in caplog.records} == {"t-1"}
+
+
+def test_the_replica_logger_name_is_what_the_prefect_api_stores() -> None:
+    from uuid import uuid4
+
+    from prefect.logging.handlers import APILogHandler
+
+    flow_run_id, task_run_id = uuid4(), uuid4()
+    records: list[logging.LogRecord] = []
+    base = logging.getLogger("t.api")
+    base.propagate = False
+    base.setLevel(logging.INFO)
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    base.addHandler(handler)
+    run_logger = logging.LoggerAdapter(
+        base, {"flow_run_id": str(flow_run_id), "task_run_id": str(task_run_id)}
+    )
+    LogForwarder(run_logger)(line("worker-1", "loss 0.4"))
+    sent = APILogHandler().prepare(records[0])
+    assert sent["name"] == "kubedl.replica.worker-1"
+    assert sent["message"] == "worker-1 | loss 0.4"
+    assert str(sent["task_run_id"]) == str(task_run_id)
