@@ -40,7 +40,7 @@ class PhaseTracker:
     def __init__(self, callback: Callable[[PhaseUpdate], object] | None):
         self.callback = callback
         self.history: list[PhaseUpdate] = []
-        self._last: tuple[Phase, str, Any] | None = None
+        self._last: tuple[Phase, str, Any, int | None] | None = None
 
     def observe(self, status: JobStatus, admission: AdmissionState) -> PhaseUpdate | None:
         """Record what a wait sees now; return the update if it is news, else ``None``."""
@@ -54,7 +54,9 @@ class PhaseTracker:
         # has acted on stays Created, but that is news as well.
         unattended = phase == Phase.CREATED and admission.blocker in _UNATTENDED
         reason = admission.reason if phase == Phase.QUEUING or unattended else ""
-        key = (phase, reason, tuple(sorted(status.replicas.items())))
+        # A TrainJob's reported progress is news too (status.trainerStatus, whole percents).
+        percent = status.trainer.percent if status.trainer is not None else None
+        key = (phase, reason, tuple(sorted(status.replicas.items())), percent)
         if key == self._last:
             return None
         self._last = key

@@ -271,3 +271,21 @@ def test_what_a_trainjob_asks_of_the_cluster() -> None:
         "trainer",
     )
     assert [(p.role, p.count) for p in placements(mpi)] == [("launcher", 1), ("node", 2)]
+
+
+def test_reported_progress_is_news_to_the_phase_tracker() -> None:
+    from kubedl_prefect.lifecycle.admission import AdmissionState
+    from kubedl_prefect.lifecycle.waiting import PhaseTracker
+
+    seen: list[int | None] = []
+    tracker = PhaseTracker(
+        lambda update: seen.append(update.status.trainer.percent if update.status.trainer else None)
+    )
+    admitted = AdmissionState(admitted=True, scheduled=2, pods=2, expected=2)
+    for percent in (10, 10, 20):
+        job = trainjob(
+            jobsStatus=[jobs(active=1)],
+            trainerStatus={"progressPercentage": percent, "lastUpdatedTime": "t"},
+        )
+        tracker.observe(job_status(job), admitted)
+    assert seen == [10, 20]
