@@ -88,8 +88,8 @@ def spec_name_for(function_name: str, replicas: int) -> str:
     Example:
         >>> spec_name_for("train_Model_v2", 2)
         'train-model-v2'
-        >>> spec_name_for("_private", 2)
-        'fn-private'
+        >>> spec_name_for("_private", 2), spec_name_for("_9lives", 2)
+        ('private', 'fn-9lives')
     """
     name = re.sub(r"[^a-z0-9-]+", "-", function_name.lower()).strip("-") or "fn"
     if not name[0].isalpha():

@@ -1,0 +1,92 @@
+"""Function tasks on two real replicas (LocalCluster) against the session's real Prefect server.
+
+A flow whose training step is a ``@distributed_task`` function: the ready flow
+``train-function`` trains the shipped example model (PyTorch DDP, gloo) on 2 local processes and
+returns rank 0's metrics; a function that raises on rank 1 fails the task with an error naming
+replica ``worker-0`` (rank 1), its exit code and the traceback's last line.
+
+Needs torch (installed into this environment by ``test_local_ddp``'s fixture when missing).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from prefect import flow
+
+from kubedl_prefect.errors import ReplicaFunctionError
+from kubedl_prefect.prefect import LocalCluster, current_replica, distributed_task
+from kubedl_prefect.prefect.flows.function_training import train_function
+from tests.integration.test_local_ddp import torch_installed
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["torch_installed"]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "ws"
+    yield path
+    leftovers = []
+    for state_file in path.glob("jobs/*/state.json"):
+        state = json.loads(state_file.read_text())
+        for who in [state.get("supervisor")] + [r.get("process") for r in state["replicas"]]:
+            if who and psutil.pid_exists(who["pid"]):
+                process = psutil.Process(who["pid"])
+                if abs(process.create_time() - who["createTime"]) < 0.01:
+                    leftovers.append(process)
+    _, alive = psutil.wait_procs(leftovers, timeout=10)
+    for process in alive:
+        process.kill()
+    assert not alive, f"processes left running: {alive}"
+
+
+def test_a_decorated_function_trains_the_example_model_on_two_replicas_and_rank_0_answers(
+    prefect_server: dict[str, str], torch_installed: None, workspace: Path
+) -> None:
+    metrics = train_function(epochs=3, replicas=2, workspace=str(workspace))
+    assert metrics["rank"] == 0.0
+    assert metrics["world_size"] == 2.0
+    assert metrics["val_accuracy"] > 0.5  # three classes: better than guessing
+    (job,) = (workspace / "jobs").iterdir()
+    logs = {path.stem: path.read_text(errors="replace") for path in (job / "logs").glob("*.log")}
+    assert "rank 0: starting from scratch (2 replicas" in logs["master-0"]
+    assert "rank 1: starting from scratch (2 replicas" in logs["worker-0"]
+    assert "epoch 2 done" in logs["master-0"]
+
+
+def test_a_function_that_raises_on_rank_1_fails_the_task_naming_replica_1(
+    prefect_server: dict[str, str], torch_installed: None, workspace: Path
+) -> None:
+    @distributed_task(
+        replicas=2,
+        cluster=LocalCluster(workspace=str(workspace), max_processes=2),
+        retry={"max_attempts": 1},
+    )
+    def shard_sums(shard: int) -> float:
+        import torch
+        import torch.distributed as dist
+
+        replica = current_replica()
+        total = torch.tensor([float(replica.rank + shard)])
+        dist.all_reduce(total)  # both ranks joined the process group
+        if replica.rank == 1:
+            raise ValueError(f"rank 1 refuses shard {shard}")
+        return float(total.item())
+
+    @flow
+    def sums(shard: int) -> float:
+        return shard_sums(shard)
+
+    with pytest.raises(ReplicaFunctionError) as caught:
+        sums(7)
+    error = caught.value
+    assert (error.replica, error.rank, error.exit_code) == ("worker-0", 1, 1)
+    assert error.last_line == "ValueError: rank 1 refuses shard 7"
+    assert "replica worker-0 (rank 1 of 2) failed with exit code 1" in str(error)
+    assert not error.retryable
