@@ -1,14 +1,20 @@
 """Prefect artifacts of a training run: replica table, training progress, and a summary.
 
-Three artifacts per logical job (spec name + key), each keyed ``<spec name>-<key hash>-<what>``
-so a schedule's runs of one job line up on Prefect's Artifacts page, and each linked to the flow
-run and task run:
+Four artifacts per training job, keyed ``<stem>-<what>``, where the stem (:func:`artifact_stem`)
+names the deployment and the spec — ``<flow>-<deployment>-<spec name>`` in a deployment's run,
+``<flow>-<spec name>`` in a flow run of no deployment, ``<spec name>`` outside any flow — and
+never the run's key: every scheduled run of a deployment writes the same keys, so its runs line
+up on Prefect's Artifacts page. Each is linked to the flow run and task run:
 
 - ``...-replicas``, a table (role, index, pod, node, phase, restarts), created at the first
   phase change and updated in place at every later one;
 - ``...-progress``, a progress bar driven by the training program itself: a log line that is a
-  JSON object with a numeric ``step`` and ``total`` (see :func:`parse_progress`) moves it; it is
-  updated only when the whole percentage changes, so at most 100 times whatever the run time;
+  JSON object with a numeric ``step`` and ``total`` (see :func:`parse_progress`) moves it, and
+  its description says the step, the epoch and the latest metrics (``loss``, ``accuracy``...:
+  the line's other numeric keys); it is updated only when the whole percentage changes, so at
+  most 100 times whatever the run time;
+- ``...-metrics``, a table beside the bar, updated with it: one row with the step, the total,
+  the epoch and every metric of the latest progress line;
 - ``...-summary``, markdown written at the end: the outcome, the admission wait and its reason,
   time queued and running, every attempt and why it ended, the checkpoint location, and the
   ``kubectl`` commands to see the job and its logs.
@@ -16,11 +22,13 @@ run and task run:
 The builders are pure; :class:`ArtifactWriter` sends through Prefect's client (one request per
 create or update) and counts its requests.
 
-The model chain adds two markdown artifacts, written by its tasks: ``<model>-registration``
+The model chain adds markdown and link artifacts, written by its tasks: ``<model>-registration``
 (:func:`registration_markdown`: the version, its lineage, the gate's decision with both values)
 and ``<service>-serving`` (:func:`serving_markdown`: the InferenceService, its ``storageUri``, the
 runtime KServe chose and the URL, or the rollback and its reason, or the manifest rendered
-without being applied).
+without being applied); ``<model>-mlflow-run``, ``<model>-model-version`` and
+``<service>-endpoint`` link to the MLflow run, the model version in the MLflow UI and the
+served endpoint (:func:`web_link`: only ``http(s)`` URLs of the configured servers).
 """
 
 from __future__ import annotations
@@ -57,14 +65,34 @@ REPLICA_COLUMNS = ("role", "index", "pod", "node", "phase", "restarts")
 """The replica table's columns, in order."""
 
 
-def artifact_key(record_name: str, what: str) -> str:
-    """An artifact key (lower-case letters, digits and dashes) for one logical job.
+def artifact_key(stem: str, what: str) -> str:
+    """An artifact key (lower-case letters, digits and single dashes).
 
     Example:
-        >>> artifact_key("mnist-siru7c5qacsk", "replicas")
-        'mnist-siru7c5qacsk-replicas'
+        >>> artifact_key("retrain-nightly-mnist", "replicas")
+        'retrain-nightly-mnist-replicas'
+        >>> artifact_key("Train_Flow--MNIST v2", "progress")
+        'train-flow-mnist-v2-progress'
     """
-    return re.sub(r"[^a-z0-9-]+", "-", f"{record_name}-{what}".lower()).strip("-")
+    return re.sub(r"[^a-z0-9]+", "-", f"{stem}-{what}".lower()).strip("-")
+
+
+def artifact_stem(spec_name: str, flow: str | None = None, deployment: str | None = None) -> str:
+    """The stem of a training job's artifact keys: the deployment (or flow) and the spec.
+
+    Not the run's key: a schedule's runs have keys of their own (their slots) but write the
+    same artifact keys, so they line up. Two jobs of one spec in one flow run (a sweep) share
+    the keys; each still has artifacts of its own, linked to its task run.
+
+    Example:
+        >>> artifact_stem("mnist", "retrain", "nightly")
+        'retrain-nightly-mnist'
+        >>> artifact_stem("mnist", "train")
+        'train-mnist'
+        >>> artifact_stem("mnist")
+        'mnist'
+    """
+    return "-".join(part for part in (flow, deployment, spec_name) if part)
 
 
 def replica_rows(states: Sequence[ReplicaState]) -> list[dict[str, Any]]:
@@ -88,27 +116,91 @@ def replica_rows(states: Sequence[ReplicaState]) -> list[dict[str, Any]]:
     ]
 
 
+MAX_METRICS = 20
+"""Metrics of one progress line kept (the first ones, in the line's order)."""
+MAX_METRIC_NAME = 64
+"""Longest metric name kept (longer ones are left out)."""
+
+
 @dataclass(frozen=True)
 class Progress:
-    """How far the training program says it is."""
+    """How far the training program says it is, and its latest metrics.
+
+    Args:
+        step: The step reached.
+        total: The steps in all.
+        epoch: The epoch, if the line says it.
+        metrics: The line's other numeric keys (``loss``, ``accuracy``...), in its order.
+    """
 
     step: float
     total: float
+    epoch: float | None = None
+    metrics: tuple[tuple[str, float], ...] = ()
 
     @property
     def percent(self) -> float:
         """0 to 100."""
         return max(0.0, min(100.0, 100.0 * self.step / self.total))
 
+    def done(self) -> Progress:
+        """The same progress at its end (the run succeeded): the metrics stay the latest."""
+        return Progress(self.total, self.total, self.epoch, self.metrics)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _show(value: float) -> str:
+    return f"{value:g}"
+
+
+def progress_row(progress: Progress) -> dict[str, Any]:
+    """The metrics table's one row: step, total, epoch, then every metric.
+
+    Example:
+        >>> progress_row(parse_progress('{"step": 250, "total": 1000, "epoch": 3, "loss": 0.41}'))
+        {'step': 250, 'total': 1000, 'epoch': 3, 'loss': 0.41}
+    """
+
+    def plain(value: float) -> float | int:
+        return int(value) if float(value).is_integer() else value
+
+    row: dict[str, Any] = {"step": plain(progress.step), "total": plain(progress.total)}
+    if progress.epoch is not None:
+        row["epoch"] = plain(progress.epoch)
+    row.update((name, plain(value)) for name, value in progress.metrics)
+    return row
+
+
+def progress_description(progress: Progress, job: str) -> str:
+    """The progress bar's description: the job, the step, the epoch and the latest metrics.
+
+    Example:
+        >>> line = '{"step": 250, "total": 1000, "epoch": 3, "loss": 0.41}'
+        >>> progress_description(parse_progress(line), "mnist-a1")
+        'Training progress of `mnist-a1`: step 250 of 1000, epoch 3 — loss 0.41'
+    """
+    text = f"Training progress of `{job}`: step {_show(progress.step)} of {_show(progress.total)}"
+    if progress.epoch is not None:
+        text += f", epoch {_show(progress.epoch)}"
+    if progress.metrics:
+        text += " — " + ", ".join(f"{name} {_show(value)}" for name, value in progress.metrics)
+    return text
+
 
 def parse_progress(text: str) -> Progress | None:
     """The progress a log line reports: a JSON object with numeric ``step`` and ``total > 0``.
 
-    Other keys (``epoch``, ``loss``...) are allowed and ignored; anything else is no progress.
+    A numeric ``epoch`` is kept, and so are the other numeric keys (``loss``, ``accuracy``...)
+    as the latest metrics (at most :data:`MAX_METRICS`); other values are ignored. Anything else
+    is no progress.
 
     Example:
-        >>> parse_progress('{"step": 250, "total": 1000, "loss": 0.41}').percent
-        25.0
+        >>> progress = parse_progress('{"step": 250, "total": 1000, "epoch": 3, "loss": 0.41}')
+        >>> progress.percent, progress.epoch, progress.metrics
+        (25.0, 3.0, (('loss', 0.41),))
         >>> parse_progress("epoch 3 done") is None
         True
     """
@@ -128,7 +220,20 @@ def parse_progress(text: str) -> Progress | None:
     assert isinstance(total, int | float)
     if total <= 0 or not math.isfinite(step) or not math.isfinite(total):
         return None
-    return Progress(float(step), float(total))
+    epoch = data.get("epoch")
+    metrics = [
+        (name, float(value))
+        for name, value in data.items()
+        if name not in ("step", "total", "epoch")
+        and _number(value)
+        and 0 < len(name) <= MAX_METRIC_NAME
+    ]
+    return Progress(
+        float(step),
+        float(total),
+        float(epoch) if _number(epoch) and epoch is not None else None,
+        tuple(metrics[:MAX_METRICS]),
+    )
 
 
 def _duration(seconds: float | None) -> str:
@@ -207,20 +312,20 @@ def summary_markdown(result: TrainingResult) -> str:
 
 
 class ArtifactWriter:
-    """Creates and updates the artifacts of one logical job through Prefect's client.
+    """Creates and updates the artifacts of one training job through Prefect's client.
 
     Call it from any thread inside the run's context (:meth:`RunContext.bind`); requests are
     counted in :attr:`requests`. A failing request is logged by the caller, never raised into
     the watch.
 
     Args:
-        record_name: ``<spec name>-<key hash>``, the stem of the artifact keys.
+        stem: The stem of the artifact keys (:func:`artifact_stem`).
         flow_run_id: The flow run to link the artifacts to.
         task_run_id: The task run to link them to.
     """
 
-    def __init__(self, record_name: str, flow_run_id: UUID | None, task_run_id: UUID | None):
-        self.record_name = record_name
+    def __init__(self, stem: str, flow_run_id: UUID | None, task_run_id: UUID | None):
+        self.stem = stem
         self.flow_run_id = flow_run_id
         self.task_run_id = task_run_id
         self.requests = 0
@@ -230,6 +335,12 @@ class ArtifactWriter:
         self._last_rows: list[dict[str, Any]] | None = None
         self._unsent: tuple[list[dict[str, Any]], str] | None = None
         self._open: Any = None
+        self.latest: Progress | None = None
+        """The latest progress a line reported (sent or not)."""
+
+    def key(self, what: str) -> str:
+        """The key of one of this job's artifacts (``replicas``, ``progress``...)."""
+        return artifact_key(self.stem, what)
 
     def _client(self) -> Any:
         if self._open is None:
@@ -254,11 +365,11 @@ class ArtifactWriter:
             existing = self._ids.get(what)
             self.requests += 1
             if existing is not None:
-                client.update_artifact(existing, ArtifactUpdate(data=data))
+                client.update_artifact(existing, ArtifactUpdate(data=data, description=description))
                 return
             created = client.create_artifact(
                 ArtifactCreate(
-                    key=artifact_key(self.record_name, what),
+                    key=self.key(what),
                     type=kind,
                     description=description,
                     data=data,
@@ -290,12 +401,23 @@ class ArtifactWriter:
             self._last_rows, self._unsent = rows, None
 
     def progress(self, progress: Progress, job: str) -> None:
-        """Create or move the progress bar (only when the whole percentage changes)."""
+        """Move the progress bar and its metrics table (only when the whole percentage changes).
+
+        The bar's description and the table carry the step, the epoch and the metrics of the
+        line that moved it.
+        """
+        self.latest = progress
         percent = int(progress.percent)
         if percent == self._last_percent:
             return
-        self._put("progress", "progress", float(percent), f"Training progress of `{job}`")
+        self._put("progress", "progress", float(percent), progress_description(progress, job))
         self._last_percent = percent
+        self._put(
+            "metrics",
+            "table",
+            json.dumps([progress_row(progress)]),
+            f"Latest metrics of `{job}`",
+        )
 
     def summary(self, result: TrainingResult) -> None:
         """Write the summary of the finished run."""

@@ -138,6 +138,12 @@ class RunContext:
             )
         return f"{self.flow_run_id}/{self.task_name or spec_name}"
 
+    def deployment_label(self) -> str | None:
+        """The deployment the run belongs to, by name (by id when its name is not known)."""
+        if self.deployment_id is None:
+            return None
+        return self.deployment_name or str(self.deployment_id)
+
     def related(self) -> list[dict[str, str]]:
         """The Prefect objects of the run, as related resources of an event.
 

@@ -58,7 +58,8 @@ class JobReporter:
     Args:
         ctx: The Prefect run the job belongs to.
         backend: The backend that runs the job (asked for replicas, if it can list them).
-        record_name: ``<spec name>-<key hash>``: the artifacts' key stem.
+        stem: The artifacts' key stem (:func:`~.artifacts.artifact_stem`: the deployment or
+            flow, and the spec).
         stream_logs: Whether log lines go to the run's log.
         log_rate: Lines a second per replica after ``log_burst``.
         log_burst: Lines a replica may send at once.
@@ -68,7 +69,7 @@ class JobReporter:
         self,
         ctx: RunContext,
         backend: TrainingBackend,
-        record_name: str,
+        stem: str,
         *,
         stream_logs: bool = True,
         log_rate: float = DEFAULT_RATE,
@@ -78,7 +79,7 @@ class JobReporter:
         self.backend = backend
         self.stream_logs = stream_logs
         self.timeline = Timeline()
-        self.artifacts = ArtifactWriter(record_name, ctx.flow_run_id, ctx.task_run_id)
+        self.artifacts = ArtifactWriter(stem, ctx.flow_run_id, ctx.task_run_id)
         self.forwarder = LogForwarder(ctx.logger, rate=log_rate, burst=log_burst)
         self.ref: JobRef | None = None
         self.calls = PrefectCalls()
@@ -266,11 +267,10 @@ class JobReporter:
         self.calls.artifact_requests += self.artifacts.requests - before
 
     def _progress_done(self) -> None:
-        from kubedl_prefect.prefect.artifacts import Progress
-
-        if self.ref is not None:
+        latest = self.artifacts.latest
+        if self.ref is not None and latest is not None:
             before = self.artifacts.requests
-            self.artifacts.progress(Progress(1.0, 1.0), self.ref.name)
+            self.artifacts.progress(latest.done(), self.ref.name)
             self.calls.artifact_requests += self.artifacts.requests - before
 
     def _summary(self, result: TrainingResult) -> None:

@@ -48,13 +48,14 @@ from kubedl_prefect.lifecycle.records import ReplayStep, RunRecord, replay_step
 from kubedl_prefect.lifecycle.retry import arun_to_completion
 from kubedl_prefect.lifecycle.run import as_ref
 from kubedl_prefect.prefect import cleanup
+from kubedl_prefect.prefect.artifacts import artifact_stem
 from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import CancelReason
 from kubedl_prefect.prefect.reporting import JobReporter
 from kubedl_prefect.prefect.results import TrainingResult, training_result
 from kubedl_prefect.prefect.settings import get_settings
 from kubedl_prefect.prefect.sync import run_in_caller_context
-from kubedl_prefect.spec import TrainingJobSpec, key_hash, validate
+from kubedl_prefect.spec import TrainingJobSpec, validate
 
 if TYPE_CHECKING:
     from kubedl_prefect.prefect.blocks import TrainingJob
@@ -104,7 +105,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
         self.reporter = JobReporter(
             ctx,
             backend,
-            f"{spec.name}-{key_hash(key)}",
+            artifact_stem(spec.name, ctx.flow_name, ctx.deployment_label()),
             stream_logs=job.stream_logs,
             log_rate=job.log_lines_per_second,
             log_burst=get_settings().log_burst,

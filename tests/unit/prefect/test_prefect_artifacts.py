@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
 from kubedl_prefect.errors import Diagnosis, FailureCategory
@@ -11,8 +14,13 @@ from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord
 from kubedl_prefect.lifecycle.replicas import replica_states
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
 from kubedl_prefect.prefect.artifacts import (
+    ArtifactWriter,
+    Progress,
     artifact_key,
+    artifact_stem,
     parse_progress,
+    progress_description,
+    progress_row,
     replica_rows,
     summary_markdown,
 )
@@ -191,3 +199,100 @@ def test_a_failed_result_shows_the_failure_and_what_to_do() -> None:
     assert "**Failure**: UserCodeError on worker-1 (exit code 1): exit 1" in text
     assert "What to do: read logs" in text
     assert "(none in the spec)" in text
+
+
+def test_a_progress_line_keeps_its_epoch_and_latest_metrics() -> None:
+    line = '{"step": 250, "total": 1000, "epoch": 3, "loss": 0.41, "accuracy": 0.9, "lr": true}'
+    progress = parse_progress(line)
+    assert progress is not None
+    assert progress.epoch == 3.0
+    assert progress.metrics == (("loss", 0.41), ("accuracy", 0.9))  # booleans are no metric
+    assert progress_row(progress) == {
+        "step": 250,
+        "total": 1000,
+        "epoch": 3,
+        "loss": 0.41,
+        "accuracy": 0.9,
+    }
+    description = progress_description(progress, "mnist-abc-a1")
+    assert description == (
+        "Training progress of `mnist-abc-a1`: step 250 of 1000, epoch 3 — loss 0.41, accuracy 0.9"
+    )
+    assert progress.done().percent == 100.0
+    assert progress.done().metrics == progress.metrics
+
+
+class Recorder:
+    """A Prefect client that keeps every artifact request."""
+
+    def __init__(self) -> None:
+        self.created: list[Any] = []
+        self.updated: list[tuple[Any, Any]] = []
+
+    def create_artifact(self, artifact: Any) -> Any:
+        self.created.append(artifact)
+        return type("Created", (), {"id": artifact.key})()
+
+    def update_artifact(self, artifact_id: Any, update: Any) -> None:
+        self.updated.append((artifact_id, update))
+
+
+def test_the_progress_bar_has_its_metrics_table_beside_it() -> None:
+    client = Recorder()
+    writer = ArtifactWriter(artifact_stem("mnist", "retrain", "nightly"), None, None)
+    writer._open = client
+    for step in (1, 2, 10, 11):  # 1 % only moves at 10 of 1000
+        writer.progress(Progress(float(step), 1000.0, 0.0, (("loss", 1.0 / step),)), "mnist-abc-a1")
+    assert [(a.key, a.type) for a in client.created] == [
+        ("retrain-nightly-mnist-progress", "progress"),
+        ("retrain-nightly-mnist-metrics", "table"),
+    ]
+    assert client.created[0].description.endswith("step 1 of 1000, epoch 0 — loss 1")
+    (bar, bar_update), (table, table_update) = client.updated
+    assert (bar, table) == ("retrain-nightly-mnist-progress", "retrain-nightly-mnist-metrics")
+    assert bar_update.data == 1.0
+    assert "step 10 of 1000, epoch 0 — loss 0.1" in bar_update.description
+    assert json.loads(table_update.data) == [{"step": 10, "total": 1000, "epoch": 0, "loss": 0.1}]
+    assert writer.latest is not None
+    assert writer.latest.step == 11.0  # kept for the end of the run, though not sent
+
+
+def test_artifact_keys_name_the_deployment_and_the_spec_never_the_run_key() -> None:
+    # Two scheduled runs of one deployment (two slots: two keys) write the same keys.
+    assert artifact_stem("mnist", "retrain", "nightly") == "retrain-nightly-mnist"
+    assert artifact_stem("mnist", "train") == "train-mnist"
+    assert artifact_stem("mnist") == "mnist"
+    writer = ArtifactWriter(artifact_stem("MNIST_v2", "retrain", "nightly"), None, None)
+    assert writer.key("progress") == "retrain-nightly-mnist-v2-progress"
+
+
+def test_a_run_keys_its_artifacts_by_its_deployment_and_spec() -> None:
+    import contextvars
+    import logging
+    from uuid import uuid4
+
+    from kubedl_prefect.prefect.blocks import LocalCluster, TrainingJob
+    from kubedl_prefect.prefect.context import RunContext
+    from kubedl_prefect.prefect.runs import TrainingJobRun
+    from kubedl_prefect.spec import load_spec
+
+    spec = load_spec("examples/pytorch-mnist.yaml")
+    job = TrainingJob(spec_file="examples/pytorch-mnist.yaml", cluster=LocalCluster())
+    stems = set()
+    for slot in ("nightly@2026-12-01T02:00:00Z", "nightly@2026-12-02T02:00:00Z"):
+        ctx = RunContext(
+            flow_run_id=uuid4(),
+            flow_run_name="r",
+            flow_id=uuid4(),
+            flow_name="retrain",
+            deployment_id=uuid4(),
+            task_run_id=None,
+            task_run_name=None,
+            task_name=None,
+            logger=logging.getLogger("t"),
+            context=contextvars.copy_context(),
+            deployment_name="nightly",
+        )
+        run = TrainingJobRun(job, spec, slot, job.cluster.backend(), ctx, None, None)  # type: ignore[arg-type]
+        stems.add(run.reporter.artifacts.key("summary"))
+    assert stems == {f"retrain-nightly-{spec.name}-summary"}
