@@ -444,7 +444,7 @@ def validate_command(
     scope = (
         f"for {dialect}"
         if dialect is not None
-        else "(operator-specific checks skipped: add --dialect kubedl or --dialect kubeflow)"
+        else "(operator-specific checks skipped: add --dialect kubedl, kubeflow or trainer)"
     )
     results: list[dict[str, Any]] = []
     worst = ExitCode.OK

@@ -130,10 +130,10 @@ PyTorchJob of kubeflow.org/v1'
     crd = f"{kind.plural}.{kind.group}"
     if served_elsewhere:
         other, api_version = served_elsewhere[0]
-        hint = (
-            f'install {operator}, or submit with dialect="{other}": the '
-            f"cluster serves {kind.kind} of {api_version}"
-        )
+        # Trainer's one kind (TrainJob) is not the v1 kinds: then the API alone is named.
+        what = api_version if "trainer" in (dialect, other) else f"{kind.kind} of {api_version}"
+        hint = f'install {operator}, or submit with dialect="{other}": the cluster serves {what}'
+
     else:
         hint = (
             f"install {operator} (docs/operators.md), or the operator of "

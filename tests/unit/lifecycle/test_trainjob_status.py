@@ -289,3 +289,15 @@ def test_reported_progress_is_news_to_the_phase_tracker() -> None:
         )
         tracker.observe(job_status(job), admitted)
     assert seen == [10, 20]
+
+
+def test_a_missing_trainjob_crd_names_the_other_api() -> None:
+    from kubedl_prefect.kube.resources import ResourceKind
+    from kubedl_prefect.lifecycle.kubernetes.operators import operator_not_installed
+
+    kind = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+    blocker = operator_not_installed(
+        kind, "trainer", "https://k", [("kubeflow", "kubeflow.org/v1")]
+    )
+    assert "Kubeflow Trainer v2" in blocker.hint
+    assert blocker.hint.endswith('dialect="kubeflow": the cluster serves kubeflow.org/v1')
