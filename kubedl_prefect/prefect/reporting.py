@@ -32,6 +32,20 @@ from kubedl_prefect.prefect.results import Timeline, TrainingResult
 
 logger = logging.getLogger(__name__)
 
+TRAINING_TASKS = ("run-training-job", "wait-for-completion")
+"""The tasks whose runs are named ``train <spec name>``, and renamed at each later attempt."""
+
+
+def task_run_label(verb: str, spec_name: str, attempt: int = 1) -> str:
+    """A task run's name: what it does, the spec, and the attempt after the first.
+
+    Example:
+        >>> task_run_label("train", "mnist"), task_run_label("train", "mnist", 2)
+        ('train mnist', 'train mnist (attempt 2)')
+    """
+    name = f"{verb} {spec_name}"
+    return name if attempt <= 1 else f"{name} (attempt {attempt})"
+
 
 @runtime_checkable
 class ReplicaSource(Protocol):
@@ -50,6 +64,7 @@ class PrefectCalls:
     artifact_requests: int = 0
     log_lines: int = 0
     log_lines_held: int = 0
+    task_run_names: int = 0
 
 
 class JobReporter:
@@ -63,6 +78,8 @@ class JobReporter:
         stream_logs: Whether log lines go to the run's log.
         log_rate: Lines a second per replica after ``log_burst``.
         log_burst: Lines a replica may send at once.
+        spec_name: The spec's name: a training task's run is named after it and the attempt
+            (``train mnist (attempt 2)``).
     """
 
     def __init__(
@@ -74,6 +91,7 @@ class JobReporter:
         stream_logs: bool = True,
         log_rate: float = DEFAULT_RATE,
         log_burst: int = DEFAULT_BURST,
+        spec_name: str = "",
     ):
         self.ctx = ctx
         self.backend = backend
@@ -82,6 +100,9 @@ class JobReporter:
         self.artifacts = ArtifactWriter(stem, ctx.flow_run_id, ctx.task_run_id)
         self.forwarder = LogForwarder(ctx.logger, rate=log_rate, burst=log_burst)
         self.ref: JobRef | None = None
+        self.spec_name = spec_name
+        self.task_run_name = ctx.task_run_name
+        """The task run's name as this run last knew or set it."""
         self.calls = PrefectCalls()
         self._progressed = False
         self._told: tuple[str, str, str] | None = None
@@ -108,6 +129,32 @@ class JobReporter:
         self.ctx.logger.info(
             "training job %s/%s (attempt %d) submitted", ref.namespace, ref.name, ref.attempt
         )
+        self._safely("the task run's name", self._name_task_run, ref)
+
+    def _name_task_run(self, ref: JobRef) -> None:
+        """Name a training task's run after the spec and the attempt, when that changed.
+
+        The task's ``task_run_name`` names it ``train <spec>`` when it starts (``train
+        <block name>`` for a block given by name); a later attempt, or the spec's own name,
+        renames it: one request, only when the name changes.
+        """
+        ctx = self.ctx
+        if ctx.task_run_id is None or ctx.task_name not in TRAINING_TASKS or not self.spec_name:
+            return
+        name = task_run_label("train", self.spec_name, ref.attempt)
+        if name == self.task_run_name:
+            return
+        task_run_id = ctx.task_run_id
+
+        def rename() -> None:
+            from prefect.client.orchestration import get_client
+
+            with get_client(sync_client=True) as client:
+                client.set_task_run_name(task_run_id, name)
+
+        ctx.call(rename)
+        self.task_run_name = name
+        self.calls.task_run_names += 1
 
     def on_phase(self) -> Callable[[PhaseUpdate], None]:
         """A phase callback for the lifecycle, bound to the run's context."""

@@ -109,6 +109,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
             stream_logs=job.stream_logs,
             log_rate=job.log_lines_per_second,
             log_burst=get_settings().log_burst,
+            spec_name=spec.name,
         )
         self._result: TrainingResult | None = None
         self._error: BaseException | None = None

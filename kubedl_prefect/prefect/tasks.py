@@ -32,13 +32,14 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
-from prefect.tasks import Task
+from prefect.tasks import Task, TaskRunNameCallbackWithParameters
 
 from kubedl_prefect.deprecation import renamed
 from kubedl_prefect.errors import KubeDLPrefectError
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.prefect.blocks import TrainingJob, as_training_job
 from kubedl_prefect.prefect.cleanup import remember_for_rollback, rollback_training_job
+from kubedl_prefect.prefect.reporting import task_run_label
 from kubedl_prefect.prefect.results import TrainingResult
 from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
 from kubedl_prefect.spec import render, spec_to_data, validate
@@ -70,6 +71,37 @@ _TASK_OPTIONS: dict[str, Any] = {
 }
 
 
+def spec_label(job: object) -> str:
+    """What a task run is named after: the spec's name, else the saved block's name.
+
+    A block given by name is not loaded to name the run (that would cost a request before the
+    task starts): the run is renamed after the spec once the job is submitted.
+
+    Example:
+        >>> spec_label("pytorch-mnist")
+        'pytorch-mnist'
+    """
+    if isinstance(job, str):
+        return job
+    try:
+        return as_training_job(job).training_spec().name  # type: ignore[arg-type]
+    except Exception:  # a bad spec fails the task itself, with its message, not its name
+        return "training job"
+
+
+class _Named(TaskRunNameCallbackWithParameters):
+    """A ``task_run_name``: ``<verb> <spec name>`` from the task's ``job`` argument."""
+
+    def __init__(self, verb: str):
+        self.verb = verb
+
+    def __call__(self, parameters: dict[str, Any]) -> str:
+        return task_run_label(self.verb, spec_label(parameters.get("job")))
+
+
+_named = _Named
+
+
 async def _job(job: TrainingJob | str) -> TrainingJob:
     if isinstance(job, str):
         return await TrainingJob.aload(job)
@@ -79,7 +111,7 @@ async def _job(job: TrainingJob | str) -> TrainingJob:
 # -- validate and render ------------------------------------------------------------------
 
 
-@task(name="validate-training-job", cache_policy=NO_CACHE)
+@task(name="validate-training-job", task_run_name=_named("validate"), cache_policy=NO_CACHE)
 def validate_training_job(job: TrainingJob | str) -> dict[str, Any]:
     """Check the job's spec for its operator; return the spec's fields.
 
@@ -92,7 +124,7 @@ def validate_training_job(job: TrainingJob | str) -> dict[str, Any]:
     return spec_to_data(spec)
 
 
-@task(name="validate-training-job", cache_policy=NO_CACHE)
+@task(name="validate-training-job", task_run_name=_named("validate"), cache_policy=NO_CACHE)
 async def avalidate_training_job(job: TrainingJob | str) -> dict[str, Any]:
     """Async :func:`validate_training_job`."""
     block = await _job(job)
@@ -111,7 +143,7 @@ def _manifest(block: TrainingJob, key: str | None) -> dict[str, Any]:
     return dict(render(spec, block.dialect))
 
 
-@task(name="render-training-job", cache_policy=NO_CACHE)
+@task(name="render-training-job", task_run_name=_named("render"), cache_policy=NO_CACHE)
 def render_training_job(job: TrainingJob | str, key: str | None = None) -> dict[str, Any]:
     """The custom resource the job's first attempt would be (nothing is sent).
 
@@ -122,7 +154,7 @@ def render_training_job(job: TrainingJob | str, key: str | None = None) -> dict[
     return _manifest(as_training_job(job), key)
 
 
-@task(name="render-training-job", cache_policy=NO_CACHE)
+@task(name="render-training-job", task_run_name=_named("render"), cache_policy=NO_CACHE)
 async def arender_training_job(job: TrainingJob | str, key: str | None = None) -> dict[str, Any]:
     """Async :func:`render_training_job`."""
     return _manifest(await _job(job), key)
@@ -131,7 +163,7 @@ async def arender_training_job(job: TrainingJob | str, key: str | None = None) -
 # -- submit and wait -------------------------------------------------------------------------
 
 
-@task(name="submit-training-job", **_TASK_OPTIONS)
+@task(name="submit-training-job", task_run_name=_named("submit"), **_TASK_OPTIONS)
 def submit_training_job(job: TrainingJob | str, key: str | None = None) -> SavedRun:
     """Submit (or adopt) the job; return the run as plain data for the wait tasks.
 
@@ -151,7 +183,7 @@ def submit_training_job(job: TrainingJob | str, key: str | None = None) -> Saved
         run.close()
 
 
-@task(name="submit-training-job", **_TASK_OPTIONS)
+@task(name="submit-training-job", task_run_name=_named("submit"), **_TASK_OPTIONS)
 async def asubmit_training_job(job: TrainingJob | str, key: str | None = None) -> SavedRun:
     """Async :func:`submit_training_job`."""
     run = await TrainingJobRun.start(await _job(job), key=key)
@@ -170,7 +202,7 @@ def _admission(state: AdmissionState) -> dict[str, Any]:
     }
 
 
-@task(name="wait-for-admission", **_TASK_OPTIONS)
+@task(name="wait-for-admission", task_run_name=_named("admit"), **_TASK_OPTIONS)
 def watch_admission(
     job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
 ) -> dict[str, Any]:
@@ -186,7 +218,7 @@ def watch_admission(
         handle.close()
 
 
-@task(name="wait-for-admission", **_TASK_OPTIONS)
+@task(name="wait-for-admission", task_run_name=_named("admit"), **_TASK_OPTIONS)
 async def awatch_admission(
     job: TrainingJob | str, run: SavedRun, timeout_s: float | None = None
 ) -> dict[str, Any]:
@@ -198,7 +230,7 @@ async def awatch_admission(
         await handle.close()
 
 
-@task(name="wait-for-completion", **_TASK_OPTIONS)
+@task(name="wait-for-completion", task_run_name=_named("train"), **_TASK_OPTIONS)
 def watch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     """Follow a submitted job through every attempt to its end; return the result.
 
@@ -213,7 +245,7 @@ def watch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
         handle.close()
 
 
-@task(name="wait-for-completion", **_TASK_OPTIONS)
+@task(name="wait-for-completion", task_run_name=_named("train"), **_TASK_OPTIONS)
 async def awatch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     """Async :func:`watch_completion`."""
     handle = await TrainingJobRun.attach(await _job(job), run)
@@ -227,7 +259,7 @@ async def awatch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingRe
 # -- the whole thing -------------------------------------------------------------------------
 
 
-@task(name="run-training-job", **_TASK_OPTIONS)
+@task(name="run-training-job", task_run_name=_named("train"), **_TASK_OPTIONS)
 def run_training_job(
     job: TrainingJob | str, key: str | None = None, rollback: bool = False
 ) -> TrainingResult:
@@ -267,7 +299,7 @@ def run_training_job(
         handle.close()
 
 
-@task(name="run-training-job", **_TASK_OPTIONS)
+@task(name="run-training-job", task_run_name=_named("train"), **_TASK_OPTIONS)
 async def arun_training_job(
     job: TrainingJob | str, key: str | None = None, rollback: bool = False
 ) -> TrainingResult:
@@ -283,7 +315,7 @@ async def arun_training_job(
         await handle.close()
 
 
-@task(name="cancel-training-job", **_TASK_OPTIONS)
+@task(name="cancel-training-job", task_run_name=_named("cancel"), **_TASK_OPTIONS)
 def cancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
     """Delete the run's job and wait until its pods and PodGroups are gone (idempotent)."""
     handle = SyncTrainingJobRun.from_saved(as_training_job(job), run)
@@ -293,7 +325,7 @@ def cancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
         handle.close()
 
 
-@task(name="cancel-training-job", **_TASK_OPTIONS)
+@task(name="cancel-training-job", task_run_name=_named("cancel"), **_TASK_OPTIONS)
 async def acancel_training_job(job: TrainingJob | str, run: SavedRun) -> None:
     """Async :func:`cancel_training_job`."""
     handle = TrainingJobRun.from_saved(await _job(job), run)

@@ -99,3 +99,77 @@ def test_a_job_first_seen_running_is_still_told_admitted(sent: list[EventSpec]) 
     assert names(sent) == ["created", "admitted", "running", "succeeded"]
     admitted: dict[str, Any] = sent[1].payload
     assert admitted["phase"] == "Admitted"
+
+
+def test_task_runs_are_named_after_the_spec() -> None:
+    from pathlib import Path
+
+    from kubedl_prefect.prefect.blocks import LocalCluster, TrainingJob
+    from kubedl_prefect.prefect.tasks import (
+        arun_training_job,
+        run_training_job,
+        submit_training_job,
+        watch_completion,
+    )
+
+    spec = Path(__file__).resolve().parents[3] / "examples" / "pytorch-mnist.yaml"
+    job = TrainingJob.from_spec_file(str(spec), cluster=LocalCluster())
+    name = job.training_spec().name
+    for task in (run_training_job, arun_training_job, watch_completion):
+        assert callable(task.task_run_name)
+        assert task.task_run_name(parameters={"job": job}) == f"train {name}"
+    assert submit_training_job.task_run_name(parameters={"job": job}) == f"submit {name}"
+    # A block given by name is named by it until the spec is known (see below).
+    assert run_training_job.task_run_name(parameters={"job": "nightly"}) == "train nightly"
+
+
+def test_a_training_task_run_is_renamed_at_each_later_attempt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dataclasses import replace
+    from uuid import uuid4
+
+    renamed: list[tuple[Any, str]] = []
+
+    class Client:
+        def __enter__(self) -> Client:
+            return self
+
+        def __exit__(self, *_: object) -> None:
+            return None
+
+        def set_task_run_name(self, task_run_id: Any, name: str) -> None:
+            renamed.append((task_run_id, name))
+
+    import prefect.client.orchestration
+
+    monkeypatch.setattr(prefect.client.orchestration, "get_client", lambda **_: Client())
+    monkeypatch.setattr(reporting, "emit", lambda _: True)
+    task_run_id = uuid4()
+    ctx = RunContext(
+        uuid4(),
+        "r",
+        None,
+        None,
+        None,
+        task_run_id,
+        "train mnist",
+        "run-training-job",
+        logging.getLogger("t"),
+        contextvars.copy_context(),
+    )
+    made = reporting.JobReporter(ctx, NoReplicas(), "train-mnist", spec_name="mnist")  # type: ignore[arg-type]
+    made.attempt(REF)  # the name is right already: no request
+    made.attempt(replace(REF, attempt=2, uid="u2", name="mnist-abc-a2"))
+    made.attempt(replace(REF, attempt=2, uid="u2", name="mnist-abc-a2"))  # the same: none
+    assert renamed == [(task_run_id, "train mnist (attempt 2)")]
+    assert made.calls.task_run_names == 1
+    # A block given by name: the run is renamed after the spec at the first attempt.
+    byname = reporting.JobReporter(
+        replace(ctx, task_run_name="train nightly"),
+        NoReplicas(),  # type: ignore[arg-type]
+        "train-mnist",
+        spec_name="mnist",
+    )
+    byname.attempt(REF)
+    assert renamed[-1] == (task_run_id, "train mnist")
