@@ -356,3 +356,17 @@ def test_the_examples_in_the_docstrings_hold(module: str) -> None:
 
     result = doctest.testmod(importlib.import_module(module), raise_on_error=False)
     assert result.failed == 0
+
+
+def test_neither_side_imports_torch_and_the_replicas_side_not_prefect_either() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys; import kubedl_prefect.prefect.bootstrap; "
+        "replica = sorted({'torch', 'prefect'} & set(sys.modules)); "
+        "import kubedl_prefect.prefect.functions; "
+        "print(replica, 'torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["[]", "False"]
