@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client, config
 
+from kubedl_prefect.errors import SpecError
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
-from kubedl_prefect.spec import Dialect, Framework, TrainingJobSpec, loads_spec
+from kubedl_prefect.spec import Dialect, Framework, TrainingJobSpec, loads_spec, validate
 from kubedl_prefect.testbed import process, supervise
 from kubedl_prefect.testbed.operators import OPERATOR_COMPONENTS
 from kubedl_prefect.testbed.testbed import Testbed
@@ -44,8 +45,39 @@ REPLICAS = {
 }
 
 
-def small_spec(framework: Framework) -> TrainingJobSpec:
-    """A small gang-scheduled job of ``framework`` whose pods succeed after 2 s."""
+#: The replicas of a small TrainJob: Trainer runs every node from one template, and an MPI
+#: launcher's success ends the JobSet (it deletes the nodes' Job), so no role outlives another.
+TRAINER_REPLICAS = {
+    Framework.PYTORCH: "  master: 1\n  worker: 1\n",
+    Framework.MPI: "  launcher: 1\n  worker: 2\n",
+    Framework.XGBOOST: "  master: 1\n  worker: 1\n",
+}
+
+#: The runtime the test bed installs with Volcano gang scheduling enforced (docs/testbed.md).
+VOLCANO_RUNTIME = "torch-distributed-volcano-scheduler"
+
+
+def small_spec(framework: Framework, dialect: Dialect = Dialect.KUBEFLOW) -> TrainingJobSpec:
+    """A small gang-scheduled job of ``framework`` whose pods succeed after 2 s.
+
+    For ``trainer``, gang scheduling and retries are the runtime's: a PyTorch job names the
+    test bed's Volcano-scheduled runtime, the others start from Trainer's default runtimes.
+    """
+    if dialect == Dialect.TRAINER:
+        runtime = (
+            f"runtime: {{name: {VOLCANO_RUNTIME}}}\n" if framework == Framework.PYTORCH else ""
+        )
+        return loads_spec(
+            f"""
+name: every-{framework.value}
+framework: {framework.value}
+image: registry.example/train:1.0
+command: [python, train.py]
+resources: {{cpu: 1, memory: 1Gi}}
+annotations: {{"{STAGE}/run-duration": "2s"}}
+{runtime}replicas:
+{TRAINER_REPLICAS[framework]}"""
+        )
     return loads_spec(
         f"""
 name: every-{framework.value}
@@ -97,11 +129,18 @@ async def test_every_kind_runs_to_success(
     admin_kubeconfig: Path,
     unchanged_operators: None,
 ) -> None:
+    if dialect == Dialect.TRAINER and framework == Framework.TENSORFLOW:
+        # Trainer v2 has no TensorFlow runtime: refused before anything reaches the cluster.
+        with pytest.raises(SpecError, match="TensorFlow"):
+            validate(small_spec(framework), dialect)
+        return
     backend = KubernetesBackend(
         namespace=namespace, dialect=dialect, kubeconfig=str(admin_kubeconfig)
     )
     try:
-        ref = await backend.submit(small_spec(framework), key=f"every-{framework.value}", attempt=1)
+        ref = await backend.submit(
+            small_spec(framework, dialect), key=f"every-{framework.value}", attempt=1
+        )
         outcome = await backend.wait_completed(ref)
     finally:
         await backend.close()
