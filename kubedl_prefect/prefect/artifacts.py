@@ -40,6 +40,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlsplit
 from uuid import UUID
 
 from kubedl_prefect.lifecycle.replicas import ReplicaState
@@ -430,6 +431,52 @@ class ArtifactWriter:
 
 
 # -- the model chain ------------------------------------------------------------------------
+
+
+def web_link(server: str | None, path: str = "") -> str | None:
+    """``server`` + ``path`` when ``server`` is a plain ``http(s)`` address, else ``None``.
+
+    Only a server the flow was configured with (the registry block's tracking URI, the URL
+    KServe gave the service) is linked, and only over ``http(s)``: a ``file:`` or
+    ``databricks`` tracking URI, another scheme, or an address with ``user:password@`` in it
+    makes no link.
+
+    Example:
+        >>> web_link("https://mlflow.example.com/", "/#/runs/r1")
+        'https://mlflow.example.com/#/runs/r1'
+        >>> web_link("file:///tmp/mlruns", "/#/runs/r1") is None
+        True
+        >>> web_link("javascript:alert(1)") is None
+        True
+    """
+    if not server:
+        return None
+    parts = urlsplit(server)
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    return server.rstrip("/") + path
+
+
+def mlflow_run_link(tracking_uri: str | None, run_id: str | None) -> str | None:
+    """The MLflow UI's page of a run (``<server>/#/runs/<run id>``, which opens it).
+
+    Example:
+        >>> mlflow_run_link("http://127.0.0.1:5000", "ab12")
+        'http://127.0.0.1:5000/#/runs/ab12'
+    """
+    return web_link(tracking_uri, f"/#/runs/{quote(run_id, safe='')}") if run_id else None
+
+
+def model_version_link(tracking_uri: str | None, model: str, version: str) -> str | None:
+    """The MLflow UI's page of a registered model version.
+
+    Example:
+        >>> model_version_link("http://127.0.0.1:5000", "fraud detector", "3")
+        'http://127.0.0.1:5000/#/models/fraud%20detector/versions/3'
+    """
+    return web_link(
+        tracking_uri, f"/#/models/{quote(model, safe='')}/versions/{quote(version, safe='')}"
+    )
 
 
 def _value(value: float | None) -> str:

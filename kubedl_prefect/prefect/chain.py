@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect.artifacts import acreate_markdown_artifact
+from prefect.artifacts import acreate_link_artifact, acreate_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from kubedl_prefect.prefect.artifacts import artifact_key
@@ -66,3 +66,21 @@ async def write_markdown(ctx: RunContext, stem: str, what: str, markdown: str, t
         )
     except Exception as exc:
         ctx.logger.warning("could not write the %s artifact of %s: %s", what, stem, exc)
+
+
+async def write_link(
+    ctx: RunContext, stem: str, what: str, link: str | None, text: str, title: str
+) -> None:
+    """Create the link artifact ``<stem>-<what>`` of the calling task run (never raises).
+
+    Nothing is written without a link (:func:`~.artifacts.web_link` made none: not an
+    ``http(s)`` server) or outside a Prefect run.
+    """
+    if link is None or (ctx.flow_run_id is None and ctx.task_run_id is None):
+        return
+    try:
+        await acreate_link_artifact(
+            link=link, link_text=text, key=artifact_key(stem, what), description=title
+        )
+    except Exception as exc:
+        ctx.logger.warning("could not write the %s link of %s: %s", what, stem, exc)

@@ -33,8 +33,17 @@ from prefect import task
 
 from kubedl_prefect.lifecycle.backend import JobOutcome
 from kubedl_prefect.lifecycle.status import JobStatus, Phase
-from kubedl_prefect.prefect.artifacts import registration_markdown
-from kubedl_prefect.prefect.chain import TASK_OPTIONS, model_version_sender, write_markdown
+from kubedl_prefect.prefect.artifacts import (
+    mlflow_run_link,
+    model_version_link,
+    registration_markdown,
+)
+from kubedl_prefect.prefect.chain import (
+    TASK_OPTIONS,
+    model_version_sender,
+    write_link,
+    write_markdown,
+)
 from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import training_job_related
 from kubedl_prefect.prefect.model_blocks import MlflowRegistry, aregistry_block
@@ -147,6 +156,22 @@ async def _register_model(
         "registration",
         registration_markdown(version),
         f"Registration of `{model_name}` version {version.version}",
+    )
+    await write_link(
+        ctx,
+        model_name,
+        "mlflow-run",
+        mlflow_run_link(block.tracking_uri, version.run_id),
+        f"MLflow run {version.run_id}",
+        f"The MLflow run that trained `{model_name}` version {version.version}",
+    )
+    await write_link(
+        ctx,
+        model_name,
+        "model-version",
+        model_version_link(block.tracking_uri, model_name, version.version),
+        f"{model_name} version {version.version}",
+        f"`{model_name}` version {version.version} in the MLflow model registry",
     )
     return version
 

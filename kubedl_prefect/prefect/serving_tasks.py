@@ -27,11 +27,12 @@ from prefect import task
 
 from kubedl_prefect.errors import InferenceServiceNotReadyError
 from kubedl_prefect.kube.resources import KubeObject
-from kubedl_prefect.prefect.artifacts import serving_markdown
+from kubedl_prefect.prefect.artifacts import serving_markdown, web_link
 from kubedl_prefect.prefect.chain import (
     TASK_OPTIONS,
     inference_service_sender,
     model_version_sender,
+    write_link,
     write_markdown,
 )
 from kubedl_prefect.prefect.context import RunContext
@@ -167,6 +168,14 @@ async def _deploy(
             outcome=outcome,
         ),
         f"Serving `{outcome.namespace}/{outcome.name}`: Ready",
+    )
+    await write_link(
+        ctx,
+        service.name,
+        "endpoint",
+        web_link(outcome.url),
+        f"{outcome.namespace}/{outcome.name}",
+        f"The endpoint of InferenceService `{outcome.namespace}/{outcome.name}`",
     )
     return outcome
 

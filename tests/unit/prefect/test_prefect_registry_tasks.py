@@ -282,6 +282,41 @@ async def model_events(flow_run_id: UUID, want: set[str], timeout_s: float = 30)
         await asyncio.sleep(0.5)
 
 
+async def link_artifacts(flow_run_id: uuid.UUID) -> dict[str, str]:
+    """The link artifacts of a flow run: key -> the URL its markdown links to.
+
+    Prefect stores a link artifact as markdown (``[text](link)``), typed ``markdown``.
+    """
+    import re
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    links = {}
+    for artifact in found:
+        match = re.fullmatch(r"\[[^\]]*\]\((.*)\)", str(artifact.data))
+        if match is not None:
+            links[str(artifact.key)] = match.group(1)
+    return links
+
+
+def test_links_go_only_to_http_servers() -> None:
+    assert artifacts.mlflow_run_link("https://mlflow.example.com/", "r 1") == (
+        "https://mlflow.example.com/#/runs/r%201"
+    )
+    assert artifacts.mlflow_run_link("https://mlflow.example.com", None) is None
+    for server in ("file:///tmp/mlruns", "databricks", "javascript:alert(1)", "https://u:p@m"):
+        assert artifacts.model_version_link(server, "fraud", "3") is None
+        assert artifacts.web_link(server) is None
+    assert artifacts.web_link("http://fraud.serving.example.com") == (
+        "http://fraud.serving.example.com"
+    )
+
+
 def log_the_model(handoff: Handoff, accuracy: float) -> None:
     """Rank 0 of the job: log metrics and the model into the run of the handoff."""
     train_and_log(job_environment(with_handoff(SPEC, handoff)), accuracy=accuracy)
@@ -340,6 +375,11 @@ async def test_the_sync_tasks_register_once_gate_and_resolve_in_a_flow(
     assert wanted <= {e.event for e in found}, sorted(e.event for e in found)
     registered = [e for e in found if e.event == registry_events.REGISTERED]
     assert sorted(e.payload["created"] for e in registered) == ["false", "true"]
+    links = await link_artifacts(flow_run_id)
+    assert links[f"{model}-mlflow-run"] == f"{mlflow_server.url}/#/runs/{first.run_id}"
+    assert links[f"{model}-model-version"] == (
+        f"{mlflow_server.url}/#/models/{model}/versions/{first.version}"
+    )
     for event in found:
         assert event.resource.id == f"kubedl.model-version.{model}.{first.version}"
         roles = {r.role: r.id for r in event.related}
