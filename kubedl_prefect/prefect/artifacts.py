@@ -254,6 +254,29 @@ def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def waited_for(result: TrainingResult) -> str:
+    """What the summary says the job waited for: the reason and its category.
+
+    Example:
+        >>> from kubedl_prefect.prefect.results import TrainingResult
+        >>> waited_for(TrainingResult(spec_name="m", key="k", phase="Succeeded", ref={},
+        ...     queued_s=125.0, admission_reason="0/2 nodes: Insufficient nvidia.com/gpu",
+        ...     admission_blocker="InsufficientGPU"))
+        '0/2 nodes: Insufficient nvidia.com/gpu (InsufficientGPU)'
+        >>> waited_for(TrainingResult(spec_name="m", key="k", phase="Succeeded", ref={},
+        ...     queued_s=0.4))
+        'nothing (admitted at once)'
+    """
+    if result.admission_reason:
+        reason = result.admission_reason
+        if result.admission_blocker and result.admission_blocker not in reason:
+            reason += f" ({result.admission_blocker})"
+        return reason
+    if result.queued_s is not None and result.queued_s >= 1.0:
+        return "not seen: the job was admitted before this task run looked (see its events)"
+    return "nothing (admitted at once)"
+
+
 def summary_markdown(result: TrainingResult) -> str:
     """The markdown summary of a finished run.
 
@@ -280,7 +303,7 @@ def summary_markdown(result: TrainingResult) -> str:
         "| | |",
         "| --- | --- |",
         f"| admission wait | {_duration(result.queued_s)} |",
-        f"| waited for | {_cell(result.admission_reason or 'nothing (admitted at once)')} |",
+        f"| waited for | {_cell(waited_for(result))} |",
         f"| running | {_duration(result.running_s)} |",
         f"| total | {_duration(result.total_s)} |",
         f"| attempts | {len(result.attempts) or 1} |",

@@ -34,6 +34,7 @@ class AttemptTimes:
     running_at: float | None = None
     ended_at: float | None = None
     queue_reason: str = ""
+    queue_blocker: str = ""
 
     def queued_s(self) -> float | None:
         """Seconds from submission to admission (to the start, if admission was not seen)."""
@@ -74,6 +75,8 @@ class Timeline:
             times.queued_at = times.queued_at or at
             if update.admission is not None and update.admission.reason:
                 times.queue_reason = update.admission.reason
+            if update.admission is not None and update.admission.blocker:
+                times.queue_blocker = str(update.admission.blocker)
         elif update.phase == Phase.ADMITTED:
             times.admitted_at = times.admitted_at or at
         elif update.phase in (Phase.RUNNING, Phase.RESTARTING):
@@ -96,6 +99,13 @@ class Timeline:
         for times in reversed(self.attempts):
             if times.queue_reason:
                 return times.queue_reason
+        return ""
+
+    def admission_blocker(self) -> str:
+        """The category of what the gang last waited for (``InsufficientGPU``; empty: none)."""
+        for times in reversed(self.attempts):
+            if times.queue_reason:
+                return times.queue_blocker
         return ""
 
 
@@ -134,6 +144,9 @@ class TrainingResult(BaseModel):
     running_s: float | None = None
     total_s: float | None = None
     admission_reason: str = ""
+    admission_blocker: str = Field(
+        default="", description="The category of what it waited for (InsufficientGPU...)."
+    )
     diagnosis: dict[str, Any] | None = Field(
         default=None, description="Diagnosis.to_dict() of the failure, for a failed run."
     )
@@ -218,6 +231,7 @@ def training_result(
         running_s=timeline.running_s(),
         total_s=max(0.0, end - started_at),
         admission_reason=timeline.admission_reason(),
+        admission_blocker=timeline.admission_blocker(),
         diagnosis=diagnosis.to_dict() if diagnosis is not None else None,
         checkpoint=checkpoint,
         commands=job_commands(ref),

@@ -203,7 +203,12 @@ class TrainingJobRun(JobRun[TrainingResult]):
                 hint="attach with the training job block the run was triggered from",
             )
         backend = job.cluster.backend(dialect=ref.dialect, namespace=ref.namespace)
-        return cls(job, spec, ref.key, backend, ctx, ref, ReplayStep("follow", ref.attempt))
+        run = cls(job, spec, ref.key, backend, ctx, ref, ReplayStep("follow", ref.attempt))
+        submitted_at = data.get("submittedAt")
+        current = run.reporter.timeline.current
+        if isinstance(submitted_at, int | float) and current is not None:
+            current.submitted_at = min(current.submitted_at, float(submitted_at))
+        return run
 
     # -- plain data ------------------------------------------------------------------------
 
@@ -224,12 +229,18 @@ class TrainingJobRun(JobRun[TrainingResult]):
 
     def to_dict(self) -> dict[str, Any]:
         """What another process needs (with the block) to re-attach: plain data, no secret."""
-        return {
+        data: dict[str, Any] = {
             "schemaVersion": RUN_SCHEMA,
             "specName": self.spec.name,
             "key": self.key,
             "ref": self.ref.to_dict(),
         }
+        current = self.reporter.timeline.current
+        if current is not None and current.attempt == self.ref.attempt:
+            # The wait tasks attach in task runs of their own: the admission wait they report
+            # starts at the submission, not when they attached.
+            data["submittedAt"] = current.submitted_at
+        return data
 
     # -- waiting ---------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from kubedl_prefect.errors import Diagnosis, FailureCategory
-from kubedl_prefect.lifecycle.admission import AdmissionState
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState
 from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
 from kubedl_prefect.lifecycle.records import AttemptRecord, RunRecord
 from kubedl_prefect.lifecycle.replicas import replica_states
@@ -296,3 +296,78 @@ def test_a_run_keys_its_artifacts_by_its_deployment_and_spec() -> None:
         run = TrainingJobRun(job, spec, slot, job.cluster.backend(), ctx, None, None)  # type: ignore[arg-type]
         stems.add(run.reporter.artifacts.key("summary"))
     assert stems == {f"retrain-nightly-{spec.name}-summary"}
+
+
+def test_the_summary_shows_the_real_admission_wait_with_its_reason_and_category() -> None:
+    timeline = Timeline()
+    timeline.submitted(REF, at=0.0)
+    admission = AdmissionState(
+        admitted=False,
+        blocker=AdmissionBlocker.INSUFFICIENT_GPU,
+        reason="0/2 nodes are available: 2 Insufficient nvidia.com/gpu.",
+    )
+    timeline.observe(PhaseUpdate(Phase.QUEUING, JobStatus(phase=Phase.QUEUING), admission, 1.0))
+    timeline.observe(at(Phase.ADMITTED, 125.0))
+    timeline.observe(at(Phase.SUCCEEDED, 200.0))
+    result = training_result(
+        spec_name="mnist",
+        key="nightly",
+        ref=REF,
+        phase="Succeeded",
+        timeline=timeline,
+        record=None,
+        started_at=0.0,
+        checkpoint=None,
+        ended_at=200.0,
+    )
+    assert result.admission_blocker == "InsufficientGPU"
+    text = summary_markdown(result)
+    assert "| admission wait | 2m 05s |" in text
+    assert (
+        "| waited for | 0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "
+        "(InsufficientGPU) |" in text
+    )
+
+
+def test_a_wait_seen_only_from_a_later_task_is_not_called_no_wait() -> None:
+    # wait-for-completion attaches after wait-for-admission saw the queue: it saw no reason,
+    # but the job did wait.
+    late = Timeline()
+    late.submitted(REF, at=0.0)
+    late.observe(at(Phase.RUNNING, 90.0))
+    late.observe(at(Phase.SUCCEEDED, 200.0))
+    result = training_result(
+        spec_name="mnist",
+        key="nightly",
+        ref=REF,
+        phase="Succeeded",
+        timeline=late,
+        record=None,
+        started_at=0.0,
+        checkpoint=None,
+        ended_at=200.0,
+    )
+    text = summary_markdown(result)
+    assert "| admission wait | 1m 30s |" in text
+    assert "admitted at once" not in text
+    assert "not seen: the job was admitted before this task run looked" in text
+
+
+def test_a_saved_run_carries_its_submission_time_to_the_tasks_that_attach() -> None:
+    import time
+
+    from kubedl_prefect.prefect.blocks import LocalCluster, TrainingJob
+    from kubedl_prefect.prefect.runs import TrainingJobRun
+
+    job = TrainingJob(spec_file="examples/pytorch-mnist.yaml", cluster=LocalCluster())
+    name = job.training_spec().name
+    ref = JobRef.from_dict(
+        {**REF.to_dict(), "backend": "local", "dialect": "local", "namespace": "/tmp/ws"}
+    )
+    submitted = time.time() - 600.0  # ten minutes ago, by the submit task
+    saved = {"specName": name, "key": ref.key, "ref": ref.to_dict(), "submittedAt": submitted}
+    run = TrainingJobRun.from_saved(job, saved)
+    current = run.reporter.timeline.current
+    assert current is not None
+    assert current.submitted_at == submitted
+    assert run.to_dict()["submittedAt"] == submitted  # and passes it on
