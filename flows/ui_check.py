@@ -478,6 +478,10 @@ def graph_targets(png: bytes) -> tuple[list[int], list[tuple[int, int]], int]:
     return badges, markers, row
 
 
+TASK_RUN = "train pytorch-mnist"
+"""The training task run's name on the page: flows/specs/testbed-mnist.yaml's spec."""
+
+
 @dataclass
 class FlowRunPage:
     """What the flow-run page showed: the text of each panel opened on it."""
@@ -501,7 +505,8 @@ async def look_at_flow_run(
     await asyncio.to_thread(wait_for_event, server, flow_run_id, "kubedl.training-job.succeeded")
     async with Browser() as browser:
         await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
-        page = await browser.wait_for_text("Completed", "Artifacts", "run-training-job")
+        # The task run is named after the spec (tasks.py's task_run_name), not the task.
+        page = await browser.wait_for_text("Completed", "Artifacts", TASK_RUN)
         await asyncio.sleep(3)  # the graph draws its events and artifacts
         png = await browser.screenshot(shot("flow-run"))
         badges, markers, row = graph_targets(png)
@@ -510,7 +515,7 @@ async def look_at_flow_run(
         async def reopen() -> None:
             # A fresh page for each panel: clicks on a graph with a panel open toggle it.
             await browser.open(url)
-            await browser.wait_for_text("Completed", "run-training-job")
+            await browser.wait_for_text("Completed", TASK_RUN)
             await asyncio.sleep(2.5)
 
         events: list[str] = []
