@@ -123,7 +123,7 @@ OPERATOR_DEFAULTS: Final = MappingProxyType(
             ttl_seconds_after_finished=100,
             port=("xgboostjob-port", 9999),
         ),
-        # Kubeflow training operator v1.9.3, pkg/apis/kubeflow.org/v1/*_defaults.go, *_types.go.
+        # Kubeflow training operator v1.9.4, pkg/apis/kubeflow.org/v1/*_defaults.go, *_types.go.
         (Dialect.KUBEFLOW, Framework.PYTORCH): OperatorDefaults(
             _all(Framework.PYTORCH, _ON_FAILURE),
             CleanPodPolicy.NONE,

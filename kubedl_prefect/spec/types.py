@@ -1,7 +1,7 @@
 """Enumerations and per-framework tables shared by the spec model, its checks and the renderers.
 
 The tables are the facts read from the operators' Go code (KubeDL v0.5.0 ``apis/training/v1alpha1``,
-Kubeflow training-operator v1.9.3 ``pkg/apis/kubeflow.org/v1``): the replica types each kind
+Kubeflow training-operator v1.9.4 ``pkg/apis/kubeflow.org/v1``): the replica types each kind
 knows, the container each operator looks for, and the kinds' plural names.
 """
 

@@ -4,7 +4,7 @@ For each manifest of ``tests/unit/spec/manifests/{kubedl,kubeflow}`` (each writt
 upstream example, named in its first line): ``import`` it, render the spec in the manifest's own
 dialect, and create both the render and the original with a server-side dry run (strict field
 validation) against the test bed's API server, which has the real KubeDL v0.5.0 and Kubeflow
-v1.9.3 CRDs. The two objects the server returns, with its defaults filled in, must be the same
+v1.9.4 CRDs. The two objects the server returns, with its defaults filled in, must be the same
 job as the operator sees it.
 """
 

@@ -1,6 +1,6 @@
 """Rendering to the Kubeflow training operator ``kubeflow.org/v1`` (same four kinds).
 
-Where the Kubeflow training operator v1.9.3 expects things (read in its CRDs and Go types):
+Where the Kubeflow training operator v1.9.4 expects things (read in its CRDs and Go types):
 
 - Every kind nests the run policy in ``spec.runPolicy``; its scheduling policy names the
   priority class ``priorityClass``.
