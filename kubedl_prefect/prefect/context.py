@@ -44,7 +44,7 @@ class RunContext:
         flow_name: The flow's name.
         deployment_id: The deployment the flow run belongs to, if any.
         task_run_id: The task run's id, inside a task.
-        task_run_name: Its name (``run-training-job-3f1``).
+        task_run_name: Its name (``train mnist``: see the tasks' ``task_run_name``).
         task_name: The task's name (``run-training-job``).
         logger: The run's logger (lines reach the Prefect UI), else a plain one.
         context: The context variables at capture time.

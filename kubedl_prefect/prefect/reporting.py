@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol, runtime_checkable
 
 from kubedl_prefect.errors import Diagnosis, WaitTimeoutError
@@ -154,6 +154,7 @@ class JobReporter:
 
         ctx.call(rename)
         self.task_run_name = name
+        self.ctx = replace(ctx, task_run_name=name)  # events name the task run as it is now
         self.calls.task_run_names += 1
 
     def on_phase(self) -> Callable[[PhaseUpdate], None]:

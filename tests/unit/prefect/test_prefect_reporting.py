@@ -164,6 +164,8 @@ def test_a_training_task_run_is_renamed_at_each_later_attempt(
     made.attempt(replace(REF, attempt=2, uid="u2", name="mnist-abc-a2"))  # the same: none
     assert renamed == [(task_run_id, "train mnist (attempt 2)")]
     assert made.calls.task_run_names == 1
+    related = {r["prefect.resource.role"]: r for r in made.ctx.related()}
+    assert related["task-run"]["prefect.resource.name"] == "train mnist (attempt 2)"
     # A block given by name: the run is renamed after the spec at the first attempt.
     byname = reporting.JobReporter(
         replace(ctx, task_run_name="train nightly"),
