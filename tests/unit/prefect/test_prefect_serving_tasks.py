@@ -197,3 +197,29 @@ def test_the_flow_names_the_service_and_serves_a_local_cluster_from_the_default(
     assert registry_block("http://mlflow:5000", None).tracking_uri == "http://mlflow:5000"
     with pytest.raises(ValueError, match="tracking_uri"):
         registry_block(None, None)
+
+
+async def test_a_ready_service_gets_a_link_to_its_endpoint(monkeypatch: pytest.MonkeyPatch) -> None:
+    written: list[tuple[str, str, str | None]] = []
+
+    async def write_link(ctx: object, stem: str, what: str, link: str | None, *_: str) -> None:
+        written.append((stem, what, link))
+
+    async def write_markdown(*_: object) -> None:
+        return None
+
+    class Deployer:
+        async def deploy(self, service: object, **_: object) -> ServingOutcome:
+            return OUTCOME
+
+        async def close(self) -> None:
+            return None
+
+    monkeypatch.setattr(serving_tasks, "write_link", write_link)
+    monkeypatch.setattr(serving_tasks, "write_markdown", write_markdown)
+    monkeypatch.setattr(KServeServing, "deployer", lambda self: Deployer())
+    block = KServeServing(cluster=KubernetesCluster(kubeconfig_path="/k", namespace="ml"))
+    service = block.service("fraud", "s3://ml/3/models/m-ab/artifacts", link=LINK)
+    outcome = await serving_tasks.adeploy_inference_service.fn(service, block)
+    assert outcome is OUTCOME
+    assert written == [("fraud", "endpoint", "http://fraud.ml.example.com")]
