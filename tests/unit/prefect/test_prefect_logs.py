@@ -120,3 +120,44 @@ def test_the_replica_logger_name_is_what_the_prefect_api_stores() -> None:
     assert sent["name"] == "kubedl.replica.worker-1"
     assert sent["message"] == "worker-1 | loss 0.4"
     assert str(sent["task_run_id"]) == str(task_run_id)
+
+
+async def test_the_replica_logger_name_survives_a_real_prefect_server(
+    prefect_server: dict[str, str],
+) -> None:
+    import asyncio
+    import time
+
+    from prefect import flow, get_run_logger, task
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    @task
+    def replicas() -> None:
+        forward = LogForwarder(get_run_logger())
+        forward(line("master-0", "rank 0 ready"))
+        forward(line("worker-1", "rank 1 ready"))
+
+    @flow
+    def training() -> None:
+        replicas()
+
+    state = await asyncio.to_thread(training, return_state=True)
+    assert state.is_completed(), state.message
+    flow_run_id = state.state_details.flow_run_id
+    await asyncio.to_thread(APILogWorker.drain_all)
+    names: dict[str, str] = {}
+    deadline = time.monotonic() + 30
+    async with get_client() as client:
+        while len(names) < 2 and time.monotonic() < deadline:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id]))
+            )
+            names = {log.message: log.name for log in logs if " | " in log.message}
+            await asyncio.sleep(0.5)
+    assert names == {
+        "master-0 | rank 0 ready": "kubedl.replica.master-0",
+        "worker-1 | rank 1 ready": "kubedl.replica.worker-1",
+    }
+    assert all(log.task_run_id is not None for log in logs if " | " in log.message)
