@@ -44,6 +44,7 @@ from urllib.parse import quote, urlsplit
 from uuid import UUID
 
 from kubedl_prefect.lifecycle.replicas import ReplicaState
+from kubedl_prefect.lifecycle.status import TrainerProgress
 from kubedl_prefect.prefect.results import TrainingResult
 from kubedl_prefect.registry.gate import GateDecision
 from kubedl_prefect.registry.lineage import (
@@ -235,6 +236,36 @@ def parse_progress(text: str) -> Progress | None:
         float(epoch) if _number(epoch) and epoch is not None else None,
         tuple(metrics[:MAX_METRICS]),
     )
+
+
+def trainer_reported_progress(reported: TrainerProgress) -> Progress | None:
+    """The progress a TrainJob's program reported to Trainer's status server (``trainerStatus``).
+
+    The percentage is the step of 100; a numeric ``epoch`` metric is the epoch and the other
+    numeric metrics (Trainer keeps every value as a string) are the latest metrics, as a JSON
+    progress line's would be. ``None`` without a percentage.
+
+    Example:
+        >>> from kubedl_prefect.lifecycle.status import TrainerProgress
+        >>> progress = trainer_reported_progress(
+        ...     TrainerProgress(percent=40, metrics={"epoch": "2", "loss": "0.3", "note": "x"})
+        ... )
+        >>> progress.percent, progress.epoch, progress.metrics
+        (40.0, 2.0, (('loss', 0.3),))
+    """
+    if reported.percent is None:
+        return None
+    numbers: list[tuple[str, float]] = []
+    for name, text in reported.metrics.items():
+        try:
+            value = float(text)
+        except ValueError:
+            continue
+        if math.isfinite(value) and 0 < len(name) <= MAX_METRIC_NAME:
+            numbers.append((name, value))
+    epoch = dict(numbers).get("epoch")
+    metrics = tuple((name, value) for name, value in numbers if name != "epoch")
+    return Progress(float(reported.percent), 100.0, epoch, metrics[:MAX_METRICS])
 
 
 def _duration(seconds: float | None) -> str:

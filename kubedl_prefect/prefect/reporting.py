@@ -24,7 +24,12 @@ from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.backend import JobRef, LogLine, PhaseUpdate, TrainingBackend
 from kubedl_prefect.lifecycle.replicas import ReplicaState
 from kubedl_prefect.lifecycle.status import Phase
-from kubedl_prefect.prefect.artifacts import ArtifactWriter, parse_progress
+from kubedl_prefect.prefect.artifacts import (
+    ArtifactWriter,
+    Progress,
+    parse_progress,
+    trainer_reported_progress,
+)
 from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.events import CancelReason, JobEvent, emit, job_event, phase_event
 from kubedl_prefect.prefect.logs import DEFAULT_BURST, DEFAULT_RATE, LogForwarder
@@ -105,6 +110,7 @@ class JobReporter:
         """The task run's name as this run last knew or set it."""
         self.calls = PrefectCalls()
         self._progressed = False
+        self._trainer_reported: Progress | None = None
         self._told: tuple[str, str, str] | None = None
         self._admitted: set[str] = set()
         self._blockers: dict[str, str] = {}
@@ -246,6 +252,13 @@ class JobReporter:
             return
         self.timeline.observe(update)
         self._safely("the replica table", self._refresh_replicas, ref)
+        if update.status.trainer is not None:
+            # A TrainJob's program may report to Trainer's status server instead of printing
+            # progress lines: the same artifact shows it (only when it changed).
+            reported = trainer_reported_progress(update.status.trainer)
+            if reported is not None and reported != self._trainer_reported:
+                self._trainer_reported = reported
+                self._show_progress(reported)
         # Replica counts change often within a phase: the table shows them; events and log
         # lines tell a new phase (or, while queued, a new reason) once.
         reason = (
@@ -289,15 +302,20 @@ class JobReporter:
     def _line(self, line: LogLine) -> None:
         self.last_line_at = time.monotonic()
         progress = parse_progress(line.text)
-        if progress is not None and self.ref is not None:
-            self._progressed = True
-            before = self.artifacts.requests
-            self._safely("the progress artifact", self.artifacts.progress, progress, self.ref.name)
-            self.calls.artifact_requests += self.artifacts.requests - before
+        if progress is not None:
+            self._show_progress(progress)
         if self.stream_logs:
             self.forwarder(line)
 
     # -- helpers ---------------------------------------------------------------------------
+
+    def _show_progress(self, progress: Progress) -> None:
+        if self.ref is None:
+            return
+        self._progressed = True
+        before = self.artifacts.requests
+        self._safely("the progress artifact", self.artifacts.progress, progress, self.ref.name)
+        self.calls.artifact_requests += self.artifacts.requests - before
 
     def _emit(self, event: object) -> None:
         from kubedl_prefect.prefect.events import EventSpec

@@ -175,3 +175,32 @@ def test_a_training_task_run_is_renamed_at_each_later_attempt(
     )
     byname.attempt(REF)
     assert renamed[-1] == (task_run_id, "train mnist")
+
+
+def test_progress_a_trainjob_reported_to_trainer_reaches_the_progress_artifact(
+    sent: list[EventSpec], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubedl_prefect.lifecycle.status import TrainerProgress
+    from kubedl_prefect.prefect.artifacts import Progress
+
+    shown: list[tuple[Progress, str]] = []
+    report = reporter()
+    monkeypatch.setattr(report.artifacts, "progress", lambda p, job: shown.append((p, job)))
+
+    def running(rv: str, percent: int | None, loss: str = "0.5") -> PhaseUpdate:
+        status = JobStatus(
+            phase=Phase.RUNNING,
+            replicas={"node": ReplicaCounts(active=1)},
+            resource_version=rv,
+            trainer=TrainerProgress(percent=percent, metrics={"epoch": "1", "loss": loss}),
+        )
+        return PhaseUpdate(Phase.RUNNING, status, None, time.time())
+
+    report._phase(running("1", None))  # nothing reported yet
+    report._phase(running("2", 40))
+    report._phase(running("3", 40))  # the same report again: no second request
+    report._phase(running("4", 60, loss="0.25"))
+    assert [(p.percent, p.epoch, p.metrics, job) for p, job in shown] == [
+        (40.0, 1.0, (("loss", 0.5),), "mnist-abc-a1"),
+        (60.0, 1.0, (("loss", 0.25),), "mnist-abc-a1"),
+    ]
