@@ -204,3 +204,14 @@ def test_progress_a_trainjob_reported_to_trainer_reaches_the_progress_artifact(
         (40.0, 1.0, (("loss", 0.5),), "mnist-abc-a1"),
         (60.0, 1.0, (("loss", 0.25),), "mnist-abc-a1"),
     ]
+
+
+def test_the_artifact_and_reporting_docstring_examples_run() -> None:
+    import doctest
+
+    from kubedl_prefect.prefect import artifacts
+
+    for module in (artifacts, reporting):
+        result = doctest.testmod(module, raise_on_error=False)
+        assert result.failed == 0, module.__name__
+    assert doctest.testmod(artifacts, raise_on_error=False).attempted > 0
