@@ -10,7 +10,8 @@ Kubeflow Trainer v2's ``TrainJob`` has other conditions (``trainer.kubeflow.org/
 v2.3.0): only ``Suspended``, ``Complete`` and ``Failed``, the last two copied from its JobSet with
 the JobSet's reason and message (``AllJobsCompleted``, ``FailedJobs``, ``DeadlineExceeded``...). A
 suspended TrainJob (Kueue holds it, or it was created suspended) is *queuing*, never failed; one
-without a terminal condition runs once a replicated Job of its JobSet is active. Its
+without a terminal condition runs once a child Job of its JobSet is ready (all its pods ready) or
+has succeeded: an *active* Job may have nothing but Pending pods (a gang Volcano holds). Its
 ``status.jobsStatus`` counts each replicated Job's child Jobs (not pods), and
 ``status.trainerStatus`` is what the training program reported to Trainer's status server
 (:func:`trainer_progress`).
@@ -290,8 +291,10 @@ def trainjob_status(job: KubeObject) -> JobStatus:
 
     ``Complete`` and ``Failed`` end it, with the JobSet's reason and message; ``Suspended``
     (True) is queuing, never failed; without either, it runs once one of its replicated Jobs
-    has an active or ready Job, and is created before. The replica counts are keyed by
-    replicated Job (``node``, ``launcher``) and count its child Jobs.
+    has a ready or succeeded Job, and is created before: JobSet counts a Job *active* while
+    any of its pods is not finished, Pending ones included (an oversize gang's Jobs are active
+    and unscheduled). The replica counts are keyed by replicated Job (``node``, ``launcher``)
+    and count its child Jobs.
 
     Example:
         >>> status = trainjob_status({"kind": "TrainJob", "status": {"conditions": [
@@ -312,7 +315,7 @@ def trainjob_status(job: KubeObject) -> JobStatus:
         replicas[item["name"]] = ReplicaCounts(
             active=counts["active"], succeeded=counts["succeeded"], failed=counts["failed"]
         )
-        busy = busy or counts["active"] > 0 or counts["ready"] > 0
+        busy = busy or counts["ready"] > 0 or counts["succeeded"] > 0
     current: Mapping[str, Any] | None = None
     if "Failed" in true:
         phase, current = Phase.FAILED, true["Failed"]

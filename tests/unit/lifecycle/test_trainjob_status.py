@@ -66,13 +66,24 @@ def test_suspended_is_queuing_never_failed() -> None:
     assert (status.reason, status.message) == ("Suspended", "TrainJob is suspended")
 
 
-def test_resumed_runs_once_a_job_is_active() -> None:
+def test_resumed_runs_once_a_job_is_ready() -> None:
     resumed = condition("Suspended", status="False", reason="Resumed", message="resumed")
     waiting = job_status(trainjob(resumed, jobsStatus=[jobs()]))
     assert (waiting.phase, waiting.reason) == (Phase.CREATED, "Resumed")
-    running = job_status(trainjob(resumed, jobsStatus=[jobs(active=1)]))
+    running = job_status(trainjob(resumed, jobsStatus=[jobs(active=1, ready=1)]))
     assert running.phase is Phase.RUNNING
     assert running.replicas == {"node": ReplicaCounts(active=1)}
+
+
+def test_an_active_job_of_pending_pods_is_not_running() -> None:
+    # JobSet counts a Job active while any pod is unfinished, Pending ones too: an oversize
+    # gang that Volcano holds has active Jobs and no pod running (it once read as Running, so
+    # the admission wait ended at once).
+    held = job_status(trainjob(jobsStatus=[jobs(active=1)]))
+    assert held.phase is Phase.CREATED
+    assert held.replicas == {"node": ReplicaCounts(active=1)}
+    mpi = job_status(trainjob(jobsStatus=[jobs("launcher", succeeded=1), jobs("node", active=1)]))
+    assert mpi.phase is Phase.RUNNING
 
 
 def test_complete_carries_the_jobsets_reason_and_message() -> None:
