@@ -695,10 +695,13 @@ class TrainingJob(JobBlock[TrainingResult]):
         title="Cluster",
         description="Where the job runs: a Kubernetes cluster, or this machine (local).",
     )
-    dialect: Literal["kubedl", "kubeflow"] = Field(
+    dialect: Literal["kubedl", "kubeflow", "trainer"] = Field(
         default="kubedl",
         title="Operator",
-        description="kubedl (training.kubedl.io) or kubeflow (kubeflow.org training operator).",
+        description=(
+            "kubedl (training.kubedl.io), kubeflow (kubeflow.org training operator) or trainer "
+            "(Kubeflow Trainer v2 TrainJob)."
+        ),
     )
     namespace: str | None = Field(
         default=None,

@@ -172,6 +172,23 @@ def test_training_job_refuses_specs_its_operator_cannot_run() -> None:
         TrainingJob(spec={"name": "x", "image": "busybox"})
 
 
+def test_training_job_runs_the_trainer_dialect_and_refuses_what_trainer_cannot_run() -> None:
+    # The block once allowed kubedl and kubeflow only: no flow could submit a TrainJob.
+    spec = {
+        "name": "mnist",
+        "image": "registry.example/mnist:1.0",
+        "command": ["torchrun", "train.py"],
+        "replicas": {"master": 1, "worker": 1},
+    }
+    job = TrainingJob(spec=spec, dialect="trainer")
+    assert job.dialect == "trainer"
+    with pytest.raises(ValidationError, match="TensorFlow"):
+        TrainingJob(
+            spec={**spec, "framework": "tensorflow", "replicas": {"worker": 2}},
+            dialect="trainer",
+        )
+
+
 def test_retry_and_wait_settings_become_the_lifecycle_policies() -> None:
     policy = RetrySettings(max_attempts=2, backoff_s=1, backoff_factor=3).policy()
     assert (policy.max_attempts, policy.delay_s(2)) == (2, 3.0)
