@@ -54,6 +54,7 @@ from kubedl_prefect.testbed.components import (
     Identity,
     Layout,
 )
+from kubedl_prefect.testbed.rbac import cluster_role_binding, upstream_cluster_role
 from kubedl_prefect.testbed.upstream import (
     KUBEDL,
     KUBEFLOW_TRAINING,
@@ -337,29 +338,6 @@ def kubeflow_health(layout: Layout) -> HealthCheck:
 # --- cluster objects --------------------------------------------------------------------------
 
 
-def _upstream_cluster_role(path: Path, name: str) -> dict[str, Any]:
-    documents = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-    roles = [d for d in documents if d.get("kind") == "ClusterRole"]
-    if len(roles) != 1:
-        raise TestbedError(f"expected one ClusterRole in {path}, found {len(roles)}")
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": roles[0]["rules"],
-    }
-
-
-def _binding(name: str, role: str, user: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-
-
 def _queue(name: str, *, reclaimable: bool) -> dict[str, Any]:
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
@@ -389,10 +367,10 @@ def operator_manifests() -> list[dict[str, Any]]:
       (:func:`.trainer.trainer_manifests`); their webhooks and runtimes are written only once
       they run (:func:`install_after_start`).
     """
-    kubedl_role = _upstream_cluster_role(
+    kubedl_role = upstream_cluster_role(
         module_file(KUBEDL, "config/rbac/role.yaml"), KUBEDL_IDENTITY.user
     )
-    kubeflow_role = _upstream_cluster_role(
+    kubeflow_role = upstream_cluster_role(
         module_file(KUBEFLOW_TRAINING, "manifests/base/rbac/role.yaml"), KUBEFLOW_IDENTITY.user
     )
     return [
@@ -400,10 +378,12 @@ def operator_manifests() -> list[dict[str, Any]]:
         _queue(VOLCANO_DEFAULT_QUEUE, reclaimable=True),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}},
         kubedl_role,
-        _binding(KUBEDL_IDENTITY.user, KUBEDL_IDENTITY.user, KUBEDL_IDENTITY.user),
+        cluster_role_binding(KUBEDL_IDENTITY.user, KUBEDL_IDENTITY.user, KUBEDL_IDENTITY.user),
         kubeflow_role,
-        _binding(KUBEFLOW_IDENTITY.user, KUBEFLOW_IDENTITY.user, KUBEFLOW_IDENTITY.user),
-        _binding(VOLCANO_IDENTITY.user, "cluster-admin", VOLCANO_IDENTITY.user),
+        cluster_role_binding(
+            KUBEFLOW_IDENTITY.user, KUBEFLOW_IDENTITY.user, KUBEFLOW_IDENTITY.user
+        ),
+        cluster_role_binding(VOLCANO_IDENTITY.user, "cluster-admin", VOLCANO_IDENTITY.user),
         {
             "apiVersion": "v1",
             "kind": "Secret",

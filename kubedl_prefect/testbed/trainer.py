@@ -65,6 +65,7 @@ from kubedl_prefect.testbed.components import (
     Identity,
     Layout,
 )
+from kubedl_prefect.testbed.rbac import cluster_role_binding, upstream_cluster_role
 from kubedl_prefect.testbed.upstream import JOBSET, TRAINER, module_file
 
 #: Namespace Trainer believes it runs in (its default outside a Pod): where its ServiceAccount is.
@@ -504,28 +505,6 @@ def jobset_webhooks(layout: Layout) -> list[dict[str, Any]]:
     )
 
 
-def _cluster_role(path: Path, name: str) -> dict[str, Any]:
-    roles = [d for d in _documents(path) if d.get("kind") == "ClusterRole"]
-    if len(roles) != 1:
-        raise TestbedError(f"expected one ClusterRole in {path}, found {len(roles)}")
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": name},
-        "rules": roles[0]["rules"],
-    }
-
-
-def _binding(name: str, role: str, user: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": name},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
-    }
-
-
 def trainer_manifests() -> list[dict[str, Any]]:
     """Objects both controllers need before they start, in the order they are written.
 
@@ -538,16 +517,18 @@ def trainer_manifests() -> list[dict[str, Any]]:
     """
     trainer, jobset = TRAINER_IDENTITY.user, JOBSET_IDENTITY.user
     return [
-        _cluster_role(module_file(TRAINER, "manifests/base/rbac/role.yaml"), trainer),
-        _binding(trainer, trainer, trainer),
-        _binding(f"{trainer}-issuer-discovery", "system:service-account-issuer-discovery", trainer),
-        _cluster_role(module_file(JOBSET, "config/components/rbac/role.yaml"), jobset),
-        _binding(jobset, jobset, jobset),
-        _cluster_role(
+        upstream_cluster_role(module_file(TRAINER, "manifests/base/rbac/role.yaml"), trainer),
+        cluster_role_binding(trainer, trainer, trainer),
+        cluster_role_binding(
+            f"{trainer}-issuer-discovery", "system:service-account-issuer-discovery", trainer
+        ),
+        upstream_cluster_role(module_file(JOBSET, "config/components/rbac/role.yaml"), jobset),
+        cluster_role_binding(jobset, jobset, jobset),
+        upstream_cluster_role(
             module_file(JOBSET, "config/components/rbac/auth_proxy_role.yaml"),
             f"{jobset}-metrics-auth",
         ),
-        _binding(f"{jobset}-metrics-auth", f"{jobset}-metrics-auth", jobset),
+        cluster_role_binding(f"{jobset}-metrics-auth", f"{jobset}-metrics-auth", jobset),
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TRAINER_NAMESPACE}},
         {
             "apiVersion": "v1",
