@@ -84,7 +84,8 @@ def train(
         spec: A spec file (on the machine of the flow run) or the spec's fields.
         cluster: The name of a saved cluster block: ``kubedl-kubernetes-cluster`` or
             ``kubedl-local-cluster`` (this machine).
-        dialect: ``kubedl`` or ``kubeflow``.
+        dialect: ``kubedl``, ``kubeflow`` or ``trainer`` (Kubeflow Trainer v2: the choice for a
+            new cluster).
         namespace: Where the job runs (default: the cluster block's namespace).
         key: The idempotency key (default: this flow run's id and the task's name).
         max_attempts: Attempts in all for retryable failures (eviction, preemption...).
@@ -116,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=_SUMMARY)
     parser.add_argument("spec", nargs="?", default="flows/specs/testbed-mnist.yaml")
     parser.add_argument("--cluster", default="testbed")
-    parser.add_argument("--dialect", default="kubedl", choices=["kubedl", "kubeflow"])
+    parser.add_argument("--dialect", default="kubedl", choices=["kubedl", "kubeflow", "trainer"])
     parser.add_argument("--key")
     parser.add_argument("--serve", action="store_true", help="serve the nightly deployment")
     parser.add_argument("--cron", default="0 2 * * *")
