@@ -67,6 +67,7 @@ from kubedl_prefect.lifecycle.kubernetes.kueue import (
     kueue_blocker,
     kueue_queue,
     kueue_request,
+    suspended,
 )
 from kubedl_prefect.lifecycle.kubernetes.operators import operator_blocker
 from kubedl_prefect.lifecycle.kubernetes.scheduler import (
@@ -78,6 +79,7 @@ from kubedl_prefect.lifecycle.kubernetes.scheduler import (
     scheduling_messages,
 )
 from kubedl_prefect.lifecycle.kubernetes.taints import placement_blocker
+from kubedl_prefect.spec.kueue import suspend_field
 
 
 def fact_request(
@@ -148,7 +150,7 @@ def _find_blocker(
     scaling_up = any(e.get("reason") == "TriggeredScaleUp" for e in events)
 
     # 0. Kueue: a job it has not admitted is suspended, and has no pods to look at.
-    found = _kueue(job, facts, now)
+    found = _kueue(job, facts, now) or _suspended_by_hand(job)
     if found is not None:
         return found
     # 1. Pods the API server refuses: nothing else matters until they can be created.
@@ -230,6 +232,22 @@ def _kueue(job: KubeObject, facts: ClusterFacts | None, now: float | None) -> Bl
         local_queues=facts.local_queues if facts is not None else {},
         cluster_queues=facts.cluster_queues if facts is not None else {},
         now=now,
+    )
+
+
+def _suspended_by_hand(job: KubeObject) -> Blocker | None:
+    """A job suspended outside Kueue (created so, or patched): it waits for whoever resumes it."""
+    path = suspend_field(job)
+    if path is None or not suspended(job):
+        return None
+    metadata = job.get("metadata") or {}
+    subject = f"{job.get('kind')} {metadata.get('namespace')}/{metadata.get('name')}"
+    field = ".".join(path)
+    return Blocker(
+        AdmissionBlocker.WAITING,
+        f"{subject} is suspended ({field}: true): nothing runs until it is resumed",
+        f"resume it (set {field} to false, e.g. kubectl patch), or cancel it",
+        subject=subject,
     )
 
 

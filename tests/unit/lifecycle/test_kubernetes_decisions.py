@@ -754,3 +754,24 @@ async def test_a_kind_the_cluster_does_not_serve_is_refused_at_submission(
     assert caught.value.diagnosis.category is FailureCategory.OPERATOR_NOT_INSTALLED
     assert "KubeDL" in (caught.value.hint or "")
     assert await jobs_in(operator) == []
+
+
+def test_a_job_suspended_outside_kueue_waits_for_whoever_resumes_it() -> None:
+    from kubedl_prefect.lifecycle.admission import AdmissionBlocker
+    from kubedl_prefect.lifecycle.kubernetes.blockers import find_blocker
+
+    train_job = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "mnist", "namespace": "ml"},
+        "spec": {"suspend": True, "trainer": {"numNodes": 2}},
+    }
+    blocker = find_blocker(train_job, pods=[], now=0.0)
+    assert blocker.category is AdmissionBlocker.WAITING
+    assert not blocker.permanent
+    assert blocker.message == (
+        "TrainJob ml/mnist is suspended (spec.suspend: true): nothing runs until it is resumed"
+    )
+    assert "spec.suspend to false" in blocker.hint
+    resumed = {**train_job, "spec": {"suspend": False, "trainer": {"numNodes": 2}}}
+    assert "suspended" not in find_blocker(resumed, pods=[], now=0.0).message
