@@ -529,13 +529,14 @@ async def look_at_flow_run(
             if "kubedl.training-job." in text:  # the last such panel: the run's end
                 await browser.screenshot(shot("flow-run-events"))
         artifacts: list[str] = []
-        for x in badges[:3]:
+        # One badge per artifact the run leaves: replicas, metrics, progress, summary, links.
+        for x in badges[:6]:
             await reopen()
             await browser.click_at(x, row)
             await asyncio.sleep(1.5)
             text = await browser.text()
             artifacts.append(text)
-            opened = re.search(r"-(replicas|progress|summary)\s*\nDescription", text)
+            opened = re.search(r"-(replicas|metrics|progress|summary)\s*\nDescription", text)
             if opened is not None:
                 await browser.screenshot(shot(f"flow-run-{opened.group(1)}"))
         await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")

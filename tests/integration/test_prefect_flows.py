@@ -276,7 +276,12 @@ async def test_a_flow_run_trains_and_leaves_events_artifacts_and_labelled_logs(
         )
     by_type = {a.type: a for a in artifacts}
     assert {"table", "progress", "markdown"} <= set(by_type), [a.type for a in artifacts]
-    table = json.loads(str(by_type["table"].data))
+    # Two tables: the replicas, and the latest metrics beside the progress bar.
+    by_key = {str(a.key).rsplit("-", 1)[-1]: a for a in artifacts if a.key}
+    assert {"replicas", "metrics", "progress", "summary"} <= set(by_key), sorted(by_key)
+    metrics = json.loads(str(by_key["metrics"].data))
+    assert metrics[-1]["loss"] == 1 / 100, metrics
+    table = json.loads(str(by_key["replicas"].data))
     assert sorted(f"{row['role']}-{row['index']}" for row in table) == replicas
     assert all(row["node"].startswith("kwok-node-") for row in table)
     assert {"role", "index", "pod", "node", "phase", "restarts"} == set(table[0])
