@@ -58,8 +58,6 @@ No error shows credentials of a URL: every message and hint goes through :func:`
 
 from __future__ import annotations
 
-import importlib.util
-import pickle
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -182,6 +180,8 @@ def _portable_cause(cause: BaseException | None) -> BaseException | None:
     """``cause`` if it survives a pickle round trip, else a :class:`UnpicklableCause` for it."""
     if cause is None or isinstance(cause, KubeDLPrefectError):
         return cause
+    import pickle  # here, not at the top: kubedl-prefect validate starts sooner
+
     try:
         pickle.loads(pickle.dumps(cause))
     except Exception:
@@ -797,6 +797,8 @@ def require_extra(feature: str, extra: str, *modules: str) -> None:
         ...     print(exc.message, exc.extra, isinstance(exc, ImportError))
         the test bed needs no_such_module_here, which is not installed testbed True
     """
+    import importlib.util
+
     missing = [module for module in modules if importlib.util.find_spec(module) is None]
     if missing:
         raise MissingExtraError(feature, extra=extra, missing=missing)

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -153,6 +152,8 @@ def _describe(error: ErrorDetails, loc: tuple[str | int, ...]) -> tuple[str, str
     if kind == "extra_forbidden":
         field = str(loc[-1])
         known = _known_fields(loc[:-1])
+        import difflib  # here, not at the top: kubedl-prefect validate starts sooner
+
         close = difflib.get_close_matches(field, known, n=1, cutoff=0.6)
         if len(loc) == 3 and loc[0] == "replicas" and field in _known_fields(()):
             return (
@@ -173,6 +174,8 @@ def _describe(error: ErrorDetails, loc: tuple[str | int, ...]) -> tuple[str, str
         given = error.get("input")
         if loc and loc[-1] == "[key]":
             choices = re.findall(r"'([^']*)'", expected)
+            import difflib
+
             close = difflib.get_close_matches(str(given), choices, n=1, cutoff=0.5)
             hint = f"did you mean `{close[0]}`? " if close else ""
             return f"{given!r} is not allowed here", f"{hint}use one of: {expected}"

@@ -177,15 +177,22 @@ main()
 """
 
 
-def _loaded_by(*args: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
-    """Run the command line in a fresh interpreter; return it and the heavy modules it loaded."""
+def _loaded_by(
+    *args: str, heavy: tuple[str, ...] = HEAVY
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the command line in a fresh interpreter; return it and the heavy modules it loaded.
+
+    Pydantic's plugins are left to the console script (which turns them off by default).
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     done = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST_MODULES, ",".join(HEAVY), *args],
+        [sys.executable, "-c", _RUN_AND_LIST_MODULES, ",".join(heavy), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
+        env=env,
     )
     loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
     return done, loaded
@@ -213,6 +220,25 @@ def test_validate_loads_neither_the_test_bed_nor_the_kubernetes_client() -> None
 def test_the_start_up_path_stays_light(args: list[str]) -> None:
     done, loaded = _loaded_by(*args)
     assert done.returncode == ExitCode.OK, done.stderr
+    assert loaded == []
+
+
+# What the console script's quick path (plain validate and render) does not load either: typer
+# and its app, and what pydantic's plugin finder imports to find no plugin.
+QUICK_HEAVY = (*HEAVY, "typer", "kubedl_prefect.cli.commands", "importlib.metadata")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["validate", "examples/pytorch-mnist.yaml"],
+        ["validate", "tests/unit/spec/invalid/misspelt-field.yaml", "-o", "json"],
+        ["render", "examples/pytorch-mnist.yaml", "-d", "trainer", "--name-key", "k"],
+    ],
+)
+def test_plain_validate_and_render_load_neither_typer_nor_the_app(args: list[str]) -> None:
+    done, loaded = _loaded_by(*args, heavy=QUICK_HEAVY)
+    assert done.returncode in (ExitCode.OK, ExitCode.INVALID_SPEC), done.stderr
     assert loaded == []
 
 

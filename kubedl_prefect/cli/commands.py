@@ -1,24 +1,9 @@
-"""The ``kubedl-prefect`` command line: specs (render, validate, import), runs, the test bed.
+"""The typer app of the ``kubedl-prefect`` command line (see :mod:`kubedl_prefect.cli`).
 
-A thin layer over :mod:`kubedl_prefect.spec` and :mod:`kubedl_prefect.lifecycle`;
-``docs/cli.md`` documents the commands, their messages and exit codes:
-
-- ``0``: success (``render`` printed the manifests, ``validate`` one OK line per spec, ``status``
-  the job's state, ``logs`` every line until the job ended, ``cancel`` the job is gone); settings
-  that break a Pod Security Standards level the spec allows are printed as ``warning:`` lines
-  on stderr, with the level;
-- ``1``: a spec is invalid (malformed YAML included); each problem on stderr names the field,
-  in the order of the spec's lines;
-- ``2``: usage error (unknown option, bad or missing value), a file that cannot be read, or a
-  run reference that is not one;
-- ``3``: the job of a run reference could not be followed: its cluster cannot be reached or
-  refuses, the job is gone, or a cancellation did not finish in time.
-
-Start-up matters (``validate`` runs in editors and pre-commit hooks): this module imports only
-typer and the error tree; each command imports what it uses when it runs. ``kubedl-prefect
-testbed ...`` are the commands of :mod:`kubedl_prefect.testbed.cli`, imported only when one of
-them runs (or its help is asked for). ``bench/cli_startup.py`` measures it and
-``tests/unit/test_cli.py`` keeps the heavy modules out.
+Every command of ``docs/cli.md``. ``render`` and ``validate`` run the functions of
+:mod:`kubedl_prefect.cli.specs`, which the console script's quick path runs too, without this
+module. ``kubedl-prefect testbed ...`` are the commands of :mod:`kubedl_prefect.testbed.cli`,
+imported only when one of them runs (or its help is asked for).
 """
 
 from __future__ import annotations
@@ -27,11 +12,9 @@ import dataclasses
 import difflib
 import json
 import os
-import re
 import sys
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
@@ -40,7 +23,20 @@ from typer._click.exceptions import MissingParameter
 from typer.core import TyperGroup
 
 from kubedl_prefect import __version__
-from kubedl_prefect.errors import KubeDLPrefectError, MissingExtraError, SpecError, SpecIssue
+from kubedl_prefect.cli.specs import (
+    DIALECTS,
+    ExitCode,
+    UnreadableSpecError,
+    echo_json,
+    is_stdin,
+    read_input,
+    render_specs,
+    report,
+    shown,
+    validate_specs,
+    warn,
+)
+from kubedl_prefect.errors import KubeDLPrefectError, MissingExtraError, SpecError
 
 if TYPE_CHECKING:
     from typer._click import Command, Context
@@ -49,28 +45,14 @@ if TYPE_CHECKING:
     from kubedl_prefect.lifecycle.backend import JobRef, LogLine, TrainingBackend
     from kubedl_prefect.lifecycle.run import TrainingRun
     from kubedl_prefect.lifecycle.status import JobStatus
-    from kubedl_prefect.spec import Dialect, PodSecurityFinding, TrainingJobSpec
     from kubedl_prefect.spec.porting import ImportedSpec
 
 #: Help of the ``testbed`` group, shown by ``kubedl-prefect --help`` without importing the test
 #: bed; the same as :data:`kubedl_prefect.testbed.cli.app`'s.
 TESTBED_HELP = "A local Kubernetes test bed: real control plane, simulated GPU nodes, operators."
 
-#: What ``-`` stands for in messages.
-STDIN = "<stdin>"
-
 #: The most a run reference may be (a saved run or a TrainingResult is a few KiB).
 MAX_REFERENCE_BYTES = 1 << 20
-
-
-class ExitCode(IntEnum):
-    """Exit codes of the command line."""
-
-    OK = 0
-    INVALID_SPEC = 1
-    USAGE = 2
-    JOB = 3
-
 
 app = typer.Typer(
     name="kubedl-prefect",
@@ -82,17 +64,12 @@ app = typer.Typer(
 )
 
 
-class UnreadableSpecError(Exception):
-    """A file could not be read (a usage problem, not an invalid spec)."""
-
-
 class UnusableReferenceError(Exception):
     """A run reference or the way to its cluster is not usable (a usage problem)."""
 
 
 # --- choices, without typer's tabs or pydantic's wording ----------------------------------------
 
-DIALECTS = ("kubedl", "kubeflow", "trainer")
 IMPORT_DIALECTS = ("auto", *DIALECTS)
 
 
@@ -123,204 +100,8 @@ def _metavar(choices: tuple[str, ...]) -> str:
     return "[" + "|".join(choices) + "]"
 
 
-# --- reading specs -------------------------------------------------------------------------------
-
-
-def _is_stdin(path: Path | str) -> bool:
-    return str(path) == "-"
-
-
-def _shown(path: Path | str) -> str:
-    return STDIN if _is_stdin(path) else str(path)
-
-
-def read_input(path: Path | str, *, max_bytes: int) -> tuple[str, str]:
-    """The text of the file at ``path`` (``-``: standard input) and how to name it.
-
-    Raises:
-        UnreadableSpecError: The file cannot be opened.
-        SpecError: It is too large or not UTF-8 (path ``(file)``, with the line and column).
-    """
-    from kubedl_prefect.spec.reader import Limits, check_size, decode_text, read_text_file
-
-    if _is_stdin(path):
-        data = typer.get_binary_stream("stdin").read(max_bytes + 1)
-        if len(data) > max_bytes:
-            # Refused as too large, never as a UTF-8 sequence cut at the limit: the text with
-            # replacement characters encodes to at least as many bytes as were read.
-            check_size(data.decode("utf-8", "replace"), Limits(max_bytes), source=STDIN)
-        return decode_text(data, source=STDIN), STDIN
-    file = Path(path)
-    try:
-        with file.open("rb"):
-            pass
-    except OSError as exc:
-        raise UnreadableSpecError(f"cannot read {file}: {exc.strerror or exc}") from exc
-    return read_text_file(file, Limits(max_bytes)), str(file)
-
-
-def read_spec(path: Path) -> TrainingJobSpec:
-    """Read and parse the spec file at ``path`` (``-``: standard input).
-
-    Raises:
-        UnreadableSpecError: If the file cannot be read.
-        SpecError: If it is malformed YAML or an invalid spec.
-    """
-    return read_spec_with_warnings(path)[0]
-
-
-def read_spec_with_warnings(path: Path) -> tuple[TrainingJobSpec, list[PodSecurityFinding]]:
-    """:func:`read_spec`, and the spec's Pod Security warnings (with their lines).
-
-    Raises:
-        UnreadableSpecError: If the file cannot be read.
-        SpecError: If it is malformed YAML or an invalid spec.
-    """
-    from kubedl_prefect.spec.io import loads_spec_with_warnings
-    from kubedl_prefect.spec.reader import SPEC_LIMITS
-
-    text, source = read_input(path, max_bytes=SPEC_LIMITS.max_bytes)
-    return loads_spec_with_warnings(text, source=source)
-
-
-def issue_line(issue: SpecIssue) -> int | None:
-    """The spec line a problem names (``(line 4)`` in its text), if it names one."""
-    found = re.search(r"\(line (\d+)\)", issue.problem)
-    return int(found.group(1)) if found else None
-
-
-def by_line(error: SpecError) -> SpecError:
-    """The same error with its problems in the order of the spec's lines (unplaced ones last).
-
-    Example:
-        >>> late = SpecIssue("image", "empty (line 9)", "set it")
-        >>> early = SpecIssue("name", "too long (line 2)", "shorten it")
-        >>> [i.path for i in by_line(SpecError([late, early])).issues]
-        ['name', 'image']
-    """
-    lines = [issue_line(issue) for issue in error.issues]
-    order = sorted(range(len(lines)), key=lambda n: (lines[n] is None, lines[n] or 0, n))
-    return SpecError([error.issues[n] for n in order], source=error.source)
-
-
-def warning_lines(warnings: Sequence[PodSecurityFinding], where: str = "") -> list[str]:
-    """The ``warning: ...`` lines the commands print on stderr, one per finding.
-
-    Example:
-        >>> from kubedl_prefect.spec import PodSecurityFinding, PodSecurityLevel
-        >>> finding = PodSecurityFinding("hostPID", PodSecurityLevel.BASELINE, "shares", "remove")
-        >>> warning_lines([finding], "x.yaml: ")
-        ['warning: x.yaml: hostPID: shares, which the Baseline Pod Security level forbids \
-(fix: remove)']
-    """
-    return [f"warning: {where}{finding}" for finding in warnings]
-
-
-def render_file(
-    path: Path,
-    dialect: Dialect | str,
-    *,
-    name_key: str | None = None,
-    attempt: int = 1,
-    namespace: str | None = None,
-) -> str:
-    """Render the spec file at ``path`` for ``dialect`` and return the manifest as YAML.
-
-    Args:
-        path: The spec file (``-``: standard input).
-        dialect: ``kubedl``, ``kubeflow`` or ``trainer``.
-        name_key: When given, the job is named like the lifecycle names it:
-            :func:`~kubedl_prefect.spec.job_name` of the spec name, this key and ``attempt``.
-        attempt: The attempt number for the name (with ``name_key``).
-        namespace: ``metadata.namespace`` of the manifest, if given.
-
-    Raises:
-        UnreadableSpecError: If the file cannot be read.
-        SpecError: If the spec is invalid, or does not fit the operator.
-    """
-    from kubedl_prefect.spec.io import dump_manifests
-
-    manifest = _render_one(path, dialect, name_key, attempt, namespace)
-    return dump_manifests([manifest])
-
-
-def _render_one(
-    path: Path,
-    dialect: Dialect | str,
-    name_key: str | None,
-    attempt: int,
-    namespace: str | None,
-) -> dict[str, Any]:
-    from kubedl_prefect.spec.naming import job_name
-    from kubedl_prefect.spec.renderers import RenderOptions, render
-    from kubedl_prefect.spec.validation import validate
-
-    spec, warnings = read_spec_with_warnings(path)
-    validate(spec, dialect, source=_shown(path))  # the operator's rules, naming the file
-    _warn(warnings, f"{_shown(path)}: ")
-    name = job_name(spec.name, name_key, attempt) if name_key is not None else None
-    manifest = dict(render(spec, dialect, RenderOptions(job_name=name, namespace=namespace)))
-    if str(dialect) == "trainer":  # what a TrainJob runs differently, on stderr
-        from kubedl_prefect.spec.renderers.trainer import trainer_notes
-
-        for field, text in trainer_notes(spec):
-            typer.echo(f"note: {_shown(path)}: {field}: {text}", err=True)
-    return manifest
-
-
-def validate_file(path: Path, dialect: Dialect | str | None = None) -> TrainingJobSpec:
-    """Check the spec file at ``path`` (for ``dialect`` too, when given) and return the spec.
-
-    Raises:
-        UnreadableSpecError: If the file cannot be read.
-        SpecError: Listing every problem, each with its field path and fix.
-    """
-    spec, warnings = _validated(path, dialect)
-    _warn(warnings, f"{_shown(path)}: ")
-    return spec
-
-
-def _validated(
-    path: Path, dialect: Dialect | str | None
-) -> tuple[TrainingJobSpec, list[PodSecurityFinding]]:
-    from kubedl_prefect.spec.validation import validate
-
-    spec, warnings = read_spec_with_warnings(path)
-    validate(spec, dialect, source=_shown(path))
-    return spec, warnings
-
-
-def _warn(warnings: Sequence[PodSecurityFinding], where: str) -> None:
-    for line in warning_lines(warnings, where):
-        typer.echo(line, err=True)
-
-
-def _echo_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
-
-
-def _issue_data(issue: SpecIssue) -> dict[str, Any]:
-    return {
-        "path": issue.path,
-        "problem": issue.problem,
-        "fix": issue.fix,
-        "line": issue_line(issue),
-    }
-
-
-def _finding_data(finding: PodSecurityFinding) -> dict[str, Any]:
-    return {
-        "path": finding.path,
-        "level": str(finding.level),
-        "problem": finding.problem,
-        "fix": finding.fix,
-        "line": finding.line,
-        "allowed": finding.allowed,
-    }
-
-
 def _one_stdin(paths: Sequence[Path]) -> None:
-    if sum(1 for path in paths if _is_stdin(path)) > 1:
+    if sum(1 for path in paths if is_stdin(path)) > 1:
         raise typer.BadParameter("standard input (-) can be read only once")
 
 
@@ -395,24 +176,16 @@ def render_command(
         raise typer.BadParameter("--attempt needs --name-key", param_hint="--attempt")
     _one_stdin(specs)
     assert dialect is not None  # required by its callback
-    manifests: list[dict[str, Any]] = []
-    failed: ExitCode | None = None
-    for path in specs:
-        try:
-            manifests.append(_render_one(path, dialect, name_key, attempt or 1, namespace))
-        except (UnreadableSpecError, SpecError) as exc:
-            failed = max(failed or ExitCode.OK, _report(exc))
-    if failed is not None:
-        raise typer.Exit(failed)
-    if output == "json":
-        if len(manifests) == 1:
-            _echo_json(manifests[0])
-        else:
-            _echo_json({"apiVersion": "v1", "kind": "List", "items": manifests})
-        return
-    from kubedl_prefect.spec.io import dump_manifests
-
-    typer.echo(dump_manifests(manifests), nl=False)
+    code = render_specs(
+        specs,
+        dialect,
+        name_key=name_key,
+        attempt=attempt or 1,
+        namespace=namespace,
+        output=output,
+    )
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
 
 
 @app.command("validate")
@@ -441,50 +214,9 @@ def validate_command(
 ) -> None:
     """Check each SPEC; print one OK line each, or every problem (field, problem, fix)."""
     _one_stdin(specs)
-    scope = (
-        f"for {dialect}"
-        if dialect is not None
-        else "(operator-specific checks skipped: add --dialect kubedl, kubeflow or trainer)"
-    )
-    results: list[dict[str, Any]] = []
-    worst = ExitCode.OK
-    for path in specs:
-        result: dict[str, Any] = {
-            "file": _shown(path),
-            "valid": False,
-            "dialect": dialect,
-            "framework": None,
-            "name": None,
-            "warnings": [],
-            "problems": [],
-            "error": None,
-        }
-        results.append(result)
-        try:
-            spec, warnings = _validated(path, dialect)
-        except UnreadableSpecError as exc:
-            worst = max(worst, ExitCode.USAGE)
-            result["error"] = str(exc)
-            if output == "text":
-                _report(exc)
-            continue
-        except SpecError as exc:
-            worst = max(worst, ExitCode.INVALID_SPEC)
-            result["problems"] = [_issue_data(issue) for issue in by_line(exc).issues]
-            if output == "text":
-                _report(exc)
-            continue
-        result.update(valid=True, framework=spec.framework.value, name=spec.name)
-        result["warnings"] = [_finding_data(w) for w in warnings]
-        if output == "text":
-            _warn(warnings, f"{_shown(path)}: ")
-            typer.echo(
-                f"OK: {_shown(path)}: {spec.framework.value} job {spec.name!r} is valid {scope}"
-            )
-    if output == "json":
-        _echo_json({"valid": worst == ExitCode.OK, "results": results})
-    if worst != ExitCode.OK:
-        raise typer.Exit(worst)
+    code = validate_specs(specs, dialect, output)
+    if code != ExitCode.OK:
+        raise typer.Exit(code)
 
 
 @app.command("import")
@@ -531,17 +263,17 @@ def import_command(
             text, source = read_input(path, max_bytes=MANIFEST_LIMITS.max_bytes)
             items = import_manifests(text, dialect=dialect, source=source)
         except (UnreadableSpecError, SpecError) as exc:
-            failed = max(failed or ExitCode.OK, _report(exc))
+            failed = max(failed or ExitCode.OK, report(exc))
             continue
         for item in items:
-            _warn(item.warnings, f"{_shown(path)}: {item.kind} {item.name!r}: ")
+            warn(item.warnings, f"{shown(path)}: {item.kind} {item.name!r}: ")
         imported += items
     if failed is not None:
         raise typer.Exit(failed)
     if output == "json":
         from kubedl_prefect.spec.io import spec_to_data
 
-        _echo_json(
+        echo_json(
             [
                 {
                     "kind": item.kind,
@@ -556,15 +288,6 @@ def import_command(
         )
         return
     typer.echo(dump_imported(imported), nl=False)
-
-
-def _report(exc: UnreadableSpecError | SpecError) -> ExitCode:
-    """Print ``exc`` on stderr; return its exit code."""
-    if isinstance(exc, UnreadableSpecError):
-        typer.echo(f"error: {exc}", err=True)
-        return ExitCode.USAGE
-    typer.echo(f"error: {by_line(exc)}", err=True)
-    return ExitCode.INVALID_SPEC
 
 
 # --- runs: status, logs, cancel of a saved reference ------------------------------------------
@@ -899,7 +622,7 @@ def status_command(
     """Show the phase of the job of a saved run reference (and why it failed, if it did)."""
     state: JobState = _on_run(reference, kubeconfig, context, cluster, job_state)
     if output == "json":
-        _echo_json(state.to_dict())
+        echo_json(state.to_dict())
     else:
         typer.echo("\n".join(state.lines()))
 
@@ -1029,18 +752,3 @@ app.add_typer(
     name="testbed",
     cls=LazyTestbedGroup,
 )
-
-
-def main() -> None:
-    """Entry point of the ``kubedl-prefect`` console script.
-
-    Pydantic plugins (validation observers such as tracing) have nothing to observe in a command
-    line, and finding them scans every installed distribution's entry points at the first
-    validation; they are off in this process unless ``PYDANTIC_DISABLE_PLUGINS`` says otherwise.
-    """
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    app()
-
-
-if __name__ == "__main__":
-    main()
