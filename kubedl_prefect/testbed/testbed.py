@@ -77,6 +77,7 @@ from kubedl_prefect.testbed.kubeconfig import render_kubeconfig, write_kubeconfi
 from kubedl_prefect.testbed.launch import probe, start_component
 from kubedl_prefect.testbed.pki import CertificateAuthority, service_account_key
 from kubedl_prefect.testbed.podlogs import PodLog
+from kubedl_prefect.testbed.upstream import KWOK as KWOK_MODULE
 
 __all__ = [
     # The control plane's rows, binaries and names, defined in .controlplane (imported from
@@ -263,6 +264,16 @@ class Testbed:
             found += training_operators.OPERATOR_BINARIES
         return found
 
+    def crd_sources(self) -> tuple[content.CrdSource, ...]:
+        """The CRDs this test bed installs: kwok's, and the operators' when it runs them.
+
+        Without the operators none of their modules is downloaded or built (``testbed up
+        --no-operators`` needs only the control plane's).
+        """
+        if self.operators:
+            return content.CRD_SOURCES
+        return tuple(source for source in content.CRD_SOURCES if source.module == KWOK_MODULE)
+
     def build(self) -> dict[str, Path]:
         """Build every binary that is missing or out of date; return ``{name: path}``."""
 
@@ -382,6 +393,8 @@ class Testbed:
             changed = True
         if self.operators and not current.operators:
             binaries = self.build()
+            # Started without the operators, it lacks their CRDs too.
+            cluster.call(self.layout, cluster.apply_crds, content.crd_manifests(self.crd_sources()))
             cluster.call(self.layout, training_operators.install_prerequisites)
             for component in training_operators.OPERATOR_COMPONENTS:
                 start_component(self.layout, component, binaries)
@@ -736,7 +749,7 @@ class Testbed:
         digest.update(
             f"{binaries[APISERVER.binary].name}:{ports.etcd_client}:{ports.etcd_peer}".encode()
         )
-        for path in content.crd_files():
+        for path in content.crd_files(self.crd_sources()):
             digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
         return digest.hexdigest()
 
@@ -769,10 +782,13 @@ class Testbed:
 
     def _install_crds(self, *, seeded: bool) -> None:
         started = time.monotonic()
+        sources = self.crd_sources()
         if seeded:
-            names = cluster.call(self.layout, cluster.wait_crds_established, content.crd_names())
+            names = cluster.call(
+                self.layout, cluster.wait_crds_established, content.crd_names(sources)
+            )
         else:
-            names = cluster.call(self.layout, cluster.apply_crds, content.crd_manifests())
+            names = cluster.call(self.layout, cluster.apply_crds, content.crd_manifests(sources))
         logger.info("%d CRDs established in %.1fs", len(names), time.monotonic() - started)
 
     def _reconcile_nodes(self) -> None:
