@@ -19,6 +19,7 @@ from kubedl_prefect.testbed.upstream import (
     KSERVE,
     KUBEDL,
     KUBEFLOW_TRAINING,
+    KUEUE,
     KWOK,
     TRAINER,
     VOLCANO,
@@ -59,11 +60,13 @@ class CrdSource:
         module: The pinned module.
         folder: Folder inside the module.
         pattern: Glob of the files in ``folder``.
+        versions: Serve only these versions of each CRD (all when empty).
     """
 
     module: GoModule
     folder: str
     pattern: str = "*.yaml"
+    versions: tuple[str, ...] = ()
 
     def files(self) -> list[Path]:
         """The matching files (downloads the module on first use).
@@ -98,6 +101,8 @@ CRD_SOURCES: tuple[CrdSource, ...] = (
     # one served version, so the conversion webhook its kustomization adds is left out.
     CrdSource(TRAINER, "manifests/base/crds", "trainer.kubeflow.org_*.yaml"),
     CrdSource(JOBSET, "config/components/crd/bases", "jobset.x-k8s.io_*.yaml"),
+    # Kueue (see .kueue): v1beta2 only, its storage version; v1beta1 needs its conversion webhook.
+    CrdSource(KUEUE, "config/components/crd/bases", "kueue.x-k8s.io_*.yaml", ("v1beta2",)),
     # kwok's per-pod log configuration (see .podlogs), watched by the kwok controller.
     CrdSource(KWOK, "kustomize/crd/bases", "kwok.x-k8s.io_logs.yaml"),
 )
@@ -121,11 +126,22 @@ def crd_files(sources: tuple[CrdSource, ...] = CRD_SOURCES) -> list[Path]:
 def crd_manifests(sources: tuple[CrdSource, ...] = CRD_SOURCES) -> list[dict[str, Any]]:
     """The CustomResourceDefinition documents of ``sources``, in a stable order."""
     return [
-        doc
-        for path in crd_files(sources)
+        _served(doc, source.versions)
+        for source in sources
+        for path in source.files()
         for doc in load_documents(path)
         if doc.get("kind") == "CustomResourceDefinition"
     ]
+
+
+def _served(crd: dict[str, Any], versions: tuple[str, ...]) -> dict[str, Any]:
+    """``crd`` with only ``versions`` left (all of them when empty)."""
+    if versions:
+        kept = [v for v in crd["spec"]["versions"] if v.get("name") in versions]
+        if not kept:
+            raise TestbedError(f"CRD {crd['metadata']['name']} has none of {', '.join(versions)}")
+        crd["spec"]["versions"] = kept
+    return crd
 
 
 def crd_names(sources: tuple[CrdSource, ...] = CRD_SOURCES) -> list[str]:

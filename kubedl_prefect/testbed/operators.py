@@ -1,6 +1,6 @@
-"""Operators of the test bed: KubeDL (gang-scheduled by Volcano), Kubeflow's, KServe, Trainer v2.
+"""Operators of the test bed: KubeDL (Volcano gangs), Kubeflow's, KServe, Trainer v2 and Kueue.
 
-Six processes run next to the control plane, five built from a wrapper module of our own under
+Eight processes run next to the control plane, seven built from a wrapper module of our own under
 ``go/`` (one per Kubernetes-library pin; see docs/operators.md for versions and findings):
 
 - the **Volcano scheduler** (``vc-scheduler``), scheduler name ``volcano``, with a scheduler
@@ -12,7 +12,9 @@ Six processes run next to the control plane, five built from a wrapper module of
 - the **KServe controller** (``kserve-manager``, built from KServe's own module), in Standard
   mode: see :mod:`.kserve`;
 - the **JobSet controller** and the **Kubeflow Trainer v2 controller** (``trainer.kubeflow.org``
-  TrainJobs run as JobSets), their webhooks registered with the API server: see :mod:`.trainer`.
+  TrainJobs run as JobSets), their webhooks registered with the API server: see :mod:`.trainer`;
+- the **Kueue controller** (``kueue-manager``), quota admission of the jobs labelled with a
+  LocalQueue, its webhooks registered too: see :mod:`.kueue`.
 
 Besides its command line, each operator needs objects in the cluster before it starts (its RBAC,
 Volcano's queues in the ``Open`` state, the Secret the Kubeflow operator's certificate rotator
@@ -38,12 +40,14 @@ from kubedl_prefect.kube.resources import (
     CLUSTER_ROLES,
     CONFIG_MAPS,
     NAMESPACES,
+    ROLE_BINDINGS,
+    ROLES,
     SECRETS,
     SERVICE_ACCOUNTS,
     VOLCANO_QUEUES,
     ResourceKind,
 )
-from kubedl_prefect.testbed import kserve, trainer
+from kubedl_prefect.testbed import kserve, kueue, trainer
 from kubedl_prefect.testbed.build import GO_ROOT, GoBinary, SourcePatch
 from kubedl_prefect.testbed.cluster import create_or_update
 from kubedl_prefect.testbed.components import (
@@ -114,6 +118,7 @@ OPERATOR_BINARIES: list[GoBinary] = [
     kserve.KSERVE_BINARY,
     trainer.JOBSET_BINARY,
     trainer.TRAINER_BINARY,
+    kueue.KUEUE_BINARY,
 ]
 
 # --- names, identities, ports -----------------------------------------------------------------
@@ -150,7 +155,7 @@ KUBEFLOW_IDENTITY = Identity("kubeflow-training-operator")
 
 #: Port offsets (see :class:`~kubedl_prefect.testbed.components.Ports`) of the operators' endpoints;
 #: the control plane uses 43, 47, 57, 59, 79 and 80; KServe's are in :mod:`.kserve` (67-69),
-#: Trainer's and JobSet's in :mod:`.trainer` (70-76).
+#: Trainer's and JobSet's in :mod:`.trainer` (70-76), Kueue's in :mod:`.kueue` (81-83).
 PORT_OFFSETS: dict[str, int] = {
     "volcano-metrics": 60,
     "volcano-healthz": 61,
@@ -161,6 +166,7 @@ PORT_OFFSETS: dict[str, int] = {
     "kubeflow-webhook": 66,
     **kserve.PORT_OFFSETS,
     **trainer.PORT_OFFSETS,
+    **kueue.PORT_OFFSETS,
 }
 
 
@@ -365,7 +371,8 @@ def operator_manifests() -> list[dict[str, Any]]:
 
     - Trainer's and JobSet's ClusterRoles, Trainer's namespace and ServiceAccount
       (:func:`.trainer.trainer_manifests`); their webhooks and runtimes are written only once
-      they run (:func:`install_after_start`).
+      they run (:func:`install_after_start`);
+    - Kueue's namespace and ClusterRoles (:func:`.kueue.kueue_manifests`).
     """
     kubedl_role = upstream_cluster_role(
         module_file(KUBEDL, "config/rbac/role.yaml"), KUBEDL_IDENTITY.user
@@ -392,6 +399,7 @@ def operator_manifests() -> list[dict[str, Any]]:
         },
         *kserve.kserve_manifests(),
         *trainer.trainer_manifests(),
+        *kueue.kueue_manifests(),
     ]
 
 
@@ -405,6 +413,8 @@ _KINDS: dict[str, ResourceKind] = {
         CONFIG_MAPS,
         CLUSTER_ROLES,
         CLUSTER_ROLE_BINDINGS,
+        ROLES,
+        ROLE_BINDINGS,
         VOLCANO_QUEUES,
         kserve.CLUSTER_SERVING_RUNTIMES,
     )
@@ -435,9 +445,11 @@ async def install_after_start(kube: KubeClient, layout: Layout) -> None:
     """Write what needs the operators running: webhook registrations, then training runtimes.
 
     Trainer's and JobSet's webhooks, then Trainer's runtimes (through its validator); see
-    :func:`.trainer.install_after_start`. Idempotent.
+    :func:`.trainer.install_after_start`; then Kueue's webhooks, ResourceFlavor and priority
+    classes (:func:`.kueue.install_after_start`). Idempotent.
     """
     await trainer.install_after_start(kube, layout)
+    await kueue.install_after_start(kube, layout)
 
 
 # --- components -------------------------------------------------------------------------------
@@ -470,4 +482,5 @@ OPERATOR_COMPONENTS: list[Component] = [
     ),
     kserve.KSERVE_COMPONENT,
     *trainer.TRAINER_COMPONENTS,
+    kueue.KUEUE_COMPONENT,
 ]

@@ -35,6 +35,8 @@ KSERVE = GoModule("github.com/kserve/kserve", "v0.20.0")
 #: stale (they do not list these releases).
 TRAINER = GoModule("github.com/kubeflow/trainer/v2", "v2.3.0")
 JOBSET = GoModule("sigs.k8s.io/jobset", "v0.12.0")
+#: Kueue (``kueue.x-k8s.io``): exact version, the proxy's version list stops at v0.17.0.
+KUEUE = GoModule("sigs.k8s.io/kueue", "v0.19.2")
 
 
 def cache_root() -> Path:

@@ -156,13 +156,14 @@ def test_every_component_is_up_and_healthy(testbed: Testbed) -> None:
         "kwok",
     ]
     assert all(c.pid and c.running and c.healthy for c in state.components)
-    assert names[-6:] == [
+    assert names[-7:] == [
         "volcano-scheduler",
         "kubedl-operator",
         "training-operator",
         "kserve-controller",
         "jobset-controller",
         "trainer-controller",
+        "kueue-controller",
     ]
     assert state.rss_bytes > 0
 

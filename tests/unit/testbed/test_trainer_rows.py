@@ -47,7 +47,8 @@ def test_versions_are_pinned_exactly() -> None:
 
 def test_both_run_supervised_with_the_operators_jobset_first_on_ports_of_their_own() -> None:
     names = [c.name for c in operators.OPERATOR_COMPONENTS]
-    assert names[-2:] == ["jobset-controller", "trainer-controller"]
+    jobset_at = names.index("jobset-controller")
+    assert names[jobset_at : jobset_at + 2] == ["jobset-controller", "trainer-controller"]
     assert {trainer.JOBSET_BINARY, trainer.TRAINER_BINARY} <= set(operators.OPERATOR_BINARIES)
     assert set(trainer.PORT_OFFSETS.items()) <= set(operators.PORT_OFFSETS.items())
     offsets = list(operators.PORT_OFFSETS.values())
