@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -52,6 +53,7 @@ from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
 from kubedl_prefect.kube.resources import (
     EVENTS,
+    KUEUE_WORKLOADS,
     PODS,
     VOLCANO_PODGROUPS,
     KubeObject,
@@ -80,7 +82,12 @@ from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
 from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
 from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
-from kubedl_prefect.lifecycle.kubernetes.kueue import job_workload, kueue_request, queue_hold
+from kubedl_prefect.lifecycle.kubernetes.kueue import (
+    job_workload,
+    kueue_queue,
+    kueue_request,
+    queue_hold,
+)
 from kubedl_prefect.lifecycle.kubernetes.leftovers import adelete_leftovers
 from kubedl_prefect.lifecycle.kubernetes.ownership import (
     adoption_problem,
@@ -121,6 +128,7 @@ from kubedl_prefect.spec import (
     spec_hash,
     validate,
 )
+from kubedl_prefect.spec.kueue import JOB_UID_LABEL
 
 logger = logging.getLogger(__name__)
 
@@ -458,6 +466,21 @@ class KubernetesBackend:
                 except NotFoundError as exc:
                     raise view.deleted() from exc
                 await next_event(queue)  # its ADDED event is on the way
+            found = view.job()
+            if ref.uid and found and kueue_queue(found[0]) is not None:
+                # Kueue decides on the job's Workload after the job last changed (quota
+                # reserved or not, evicted): watch it too, through the namespace's shared
+                # informer, instead of reading it again only when the job changes.
+                uid = ref.uid
+
+                def is_workload(obj: KubeObject) -> bool:
+                    return (obj["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == uid
+
+                await stack.enter_async_context(
+                    hub.subscribe(client, KUEUE_WORKLOADS, namespace, is_workload, queue)
+                )
+                workloads = hub.informer(client, KUEUE_WORKLOADS, namespace)
+                view.workloads = lambda: workloads.by_label(JOB_UID_LABEL, uid)
             yield view, queue
 
     async def wait_admitted(
@@ -496,7 +519,7 @@ class KubernetesBackend:
                 reader, keeper = FactReader(client, ref.namespace), ReasonKeeper()
                 while True:
                     job = view.current_job()
-                    status = await _status_now(job, reader)
+                    status = await _status_now(view, job, reader)
                     admission = await _admission_now(view, job, status, reader, keeper)
                     tracker.observe(status, admission)
                     if admission.admitted or status.phase in (Phase.RUNNING, Phase.SUCCEEDED):
@@ -592,7 +615,7 @@ class KubernetesBackend:
             stage, deadline = "admission", Deadline(timeouts.admission_s)
             while True:
                 job = view.current_job()
-                status = await _status_now(job, reader)
+                status = await _status_now(view, job, reader)
                 if stage != "admission" and status.reason == "Requeued":
                     # Kueue evicted the job and queues it again: the same job waits to be
                     # admitted again (no new attempt), with a fresh admission deadline.
@@ -862,6 +885,8 @@ class _JobView:
     ):
         self.ref = ref
         self.job, self.pods, self.podgroups, self.events = job, pods, podgroups, events
+        #: The job's Kueue Workloads, when they are watched (a job in a Kueue LocalQueue).
+        self.workloads: Callable[[], list[KubeObject]] | None = None
 
     def deleted(self) -> JobCancelledError:
         return _gone(self.ref)
@@ -878,22 +903,24 @@ class _JobView:
         )
 
 
-async def _status_now(job: KubeObject, reader: FactReader) -> JobStatus:
+async def _status_now(view: _JobView, job: KubeObject, reader: FactReader) -> JobStatus:
     """The job's status; for a job in a Kueue LocalQueue, as its Workload says.
 
     A job Kueue has not admitted is ``Queuing``, and one it evicted and queues again is
     ``Queuing`` with the reason ``Requeued``
     (:func:`~kubedl_prefect.lifecycle.status.queued_status`): never failed, never a new
-    attempt. The Workloads are read through the wait's :class:`.facts.FactReader`, again only
-    when the job has changed.
+    attempt. The Workloads come from the view's watch; without one, they are read through the
+    wait's :class:`.facts.FactReader`, again only when the job has changed.
     """
     status = job_status(job)
     request = kueue_request(job)
     if request is None:
         return status
-    facts = await reader.read(request)
-    workload = job_workload(job, facts.workloads or [])
-    return queued_status(status, queue_hold(job, workload))
+    if view.workloads is not None:
+        workloads = view.workloads()
+    else:
+        workloads = list((await reader.read(request)).workloads or [])
+    return queued_status(status, queue_hold(job, job_workload(job, workloads)))
 
 
 async def _admission_now(
@@ -909,7 +936,12 @@ async def _admission_now(
     if state.admitted or status.phase not in (Phase.CREATED, Phase.QUEUING):
         return keeper.keep(state)
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    facts = await reader.read(fact_request(job, pods=live, podgroups=podgroups, events=events))
+    request = fact_request(job, pods=live, podgroups=podgroups, events=events)
+    if view.workloads is not None and request.workloads is not None:
+        request = dataclasses.replace(request, workloads=None)  # watched: not read again
+        facts = dataclasses.replace(await reader.read(request), workloads=view.workloads())
+    else:
+        facts = await reader.read(request)
     state = admission_state(
         job, pods=pods, podgroups=podgroups, events=events, facts=facts, now=time.time()
     )

@@ -24,12 +24,13 @@ Volcano ``Queue``          ``get`` (cluster-scoped)             ClusterRole
 ``ResourceQuota``          ``list`` in the job's namespace      Role
 ``LimitRange``             ``list`` in the job's namespace      Role
 Kueue ``LocalQueue``       ``get`` in the job's namespace       Role
-Kueue ``Workload``         ``list`` in the job's namespace      Role
+Kueue ``Workload``         ``list``, ``watch`` (namespace)      Role
 Kueue ``ClusterQueue``     ``get`` (cluster-scoped)             ClusterRole
 =========================  ==================================  =====================
 
-A job's Kueue Workloads (labelled with its uid) are read again each time the job itself changes:
-Kueue suspends and resumes the job as it admits, evicts and admits it again.
+A job's Kueue Workloads (labelled with its uid) are watched by the backend's waits (the
+namespace's shared informer): Kueue writes its decision on the Workload after the job last
+changed. Without a watch they are read here again each time the job itself changes.
 """
 
 from __future__ import annotations

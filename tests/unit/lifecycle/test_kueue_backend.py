@@ -172,6 +172,29 @@ async def test_a_job_short_of_quota_waits_naming_the_shortfall(
     assert fake_api.count("get", "/apis/kueue.x-k8s.io/v1beta2/clusterqueues/team-gpu") == 1
 
 
+async def test_a_workload_kueue_decides_on_after_the_job_last_changed_is_read_again(
+    backend: KubernetesBackend, kueue: FakeOperator
+) -> None:
+    # As the real Kueue v0.19.2 does: it suspends the job and makes the Workload, and only then
+    # writes QuotaReserved False on the Workload; the job itself does not change again.
+    await queues(kueue)
+    ref = await backend.submit(spec(), key="decided-later")
+    await job_state(
+        kueue, ref, suspend=True, conditions=[condition("Suspended", True, "PyTorchJobSuspended")]
+    )
+    updates: list[PhaseUpdate] = []
+    waiting = asyncio.ensure_future(
+        backend.wait_admitted(ref, timeout_s=4, on_phase=updates.append)
+    )
+    await workload(kueue, ref)
+    await seen(updates, lambda u: u.admission is not None and "evaluate" in u.admission.reason)
+    await workload(kueue, ref, condition("QuotaReserved", False, "Pending", UNUSED))
+    with pytest.raises(AdmissionTimeoutError) as caught:
+        await asyncio.wait_for(waiting, 10)
+    assert caught.value.blocker == "InsufficientQuota", caught.value.last_reason
+    assert "2 more nvidia.com/gpu needed in flavor gpu-a" in (caught.value.last_reason or "")
+
+
 async def test_an_evicted_job_is_requeued_and_the_same_job_succeeds(
     backend: KubernetesBackend, kueue: FakeOperator
 ) -> None:
