@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import doctest
 import io
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from typer.testing import CliRunner
 
-from kubedl_prefect.cli import ExitCode, app, quick
+from kubedl_prefect.cli import ExitCode, app, quick, specs
 from kubedl_prefect.cli.quick import CommandLine, parse, run_quickly
 
 REPO = Path(__file__).resolve().parents[2]
@@ -187,3 +189,10 @@ def test_a_closed_pipe_ends_as_typer_ends_it(
     assert run_quickly(["render", MNIST, "-d", "kubedl"]) == 1
     assert isinstance(sys.stdout, quick._QuietFlush)
     sys.stdout.flush()  # no error at exit
+
+
+@pytest.mark.parametrize("module", [quick, specs], ids=lambda module: module.__name__)
+def test_the_docstring_examples_hold(module: ModuleType) -> None:
+    result = doctest.testmod(module, raise_on_error=False)
+    assert result.attempted > 0
+    assert result.failed == 0
