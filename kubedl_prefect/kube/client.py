@@ -397,11 +397,14 @@ class KubeClient:
         propagation: PropagationPolicy = "Foreground",
         missing_ok: bool = True,
         uid: str | None = None,
+        grace_period_s: int | None = None,
     ) -> KubeObject | None:
         """Delete an object; returns what the server answered, or ``None`` if it was gone.
 
         With ``uid``, only the object of that uid is deleted (``preconditions.uid``): another
         object of the same name, created after it, answers :class:`ConflictError` (409).
+        ``grace_period_s`` overrides the object's grace period (0: at once, as a kubelet
+        removes a pod whose containers have stopped).
         """
         body: dict[str, Any] = {
             "kind": "DeleteOptions",
@@ -410,6 +413,8 @@ class KubeClient:
         }
         if uid:
             body["preconditions"] = {"uid": uid}
+        if grace_period_s is not None:
+            body["gracePeriodSeconds"] = grace_period_s
         try:
             return await self._json(
                 "DELETE", request_path(kind, namespace, name), f"delete {kind}/{name}", body=body
@@ -426,6 +431,7 @@ class KubeClient:
         *,
         resource_version: str,
         label_selector: str | None = None,
+        field_selector: str | None = None,
         timeout_seconds: int | None = None,
         inactivity_timeout_s: float | None = None,
     ) -> AsyncIterator[KubeObject]:
@@ -444,6 +450,8 @@ class KubeClient:
         }
         if label_selector:
             query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         if timeout_seconds is not None:
             query["timeoutSeconds"] = timeout_seconds
         action = f"watch {kind}"

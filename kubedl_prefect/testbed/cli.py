@@ -50,9 +50,17 @@ def _testbed(
     nodes: int | None = None,
     gpus_per_node: int | None = None,
     operators: bool = True,
+    process_node: bool | None = None,
 ) -> Testbed:
     ports = Ports(port_base) if port_base is not None else None
-    return Testbed(name, nodes=nodes, gpus_per_node=gpus_per_node, ports=ports, operators=operators)
+    return Testbed(
+        name,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        ports=ports,
+        operators=operators,
+        process_node=process_node,
+    )
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -84,11 +92,19 @@ def up(
     operators: Annotated[
         bool, typer.Option(help="Also start Volcano, the KubeDL and the Kubeflow operators.")
     ] = True,
+    process_node: Annotated[
+        bool,
+        typer.Option(
+            "--process-node",
+            help="Also run a process node, whose pods run as processes of this machine "
+            "(root, Linux; see docs/testbed.md).",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress messages.")] = False,
 ) -> None:
     """Build what is missing, start the test bed (or keep it running) and print its KUBECONFIG."""
     _setup_logging(verbose=not quiet)
-    bed = _testbed(name, port_base, nodes, gpus_per_node, operators)
+    bed = _testbed(name, port_base, nodes, gpus_per_node, operators, process_node or None)
     try:
         kubeconfig = bed.up()
     except TestbedError as exc:

@@ -253,11 +253,23 @@ def supervise_once(
     return state
 
 
+def supervised_components(layout: Layout) -> list[Component]:
+    """The operators, and the process node's agent when the test bed's state says it has one."""
+    from kubedl_prefect.testbed.nodeagent.component import AGENT
+
+    try:
+        state = json.loads((layout.root / "state.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    with_agent = isinstance(state, dict) and bool(state.get("process_node"))
+    return [*OPERATOR_COMPONENTS, *([AGENT] if with_agent else [])]
+
+
 def run(layout: Layout, *, interval: float = 1.0) -> None:
     """Supervise until the test bed is down (its ``state.json`` is gone)."""
     logger.info("supervising %s", ", ".join(c.name for c in OPERATOR_COMPONENTS))
     while (layout.root / "state.json").is_file():
-        supervise_once(layout)
+        supervise_once(layout, components=supervised_components(layout))
         time.sleep(interval)
     logger.info("test bed %s is down: supervisor exits", layout.name)
 

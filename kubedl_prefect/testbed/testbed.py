@@ -51,6 +51,7 @@ from kubedl_prefect.testbed.components import (
     LOOPBACK,
     Component,
     HealthCheck,
+    Identity,
     Layout,
     Ports,
 )
@@ -75,6 +76,7 @@ from kubedl_prefect.testbed.controlplane import (
 )
 from kubedl_prefect.testbed.kubeconfig import render_kubeconfig, write_kubeconfig
 from kubedl_prefect.testbed.launch import probe, start_component
+from kubedl_prefect.testbed.nodeagent import component as process_node
 from kubedl_prefect.testbed.pki import CertificateAuthority, service_account_key
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.upstream import KWOK as KWOK_MODULE
@@ -164,6 +166,7 @@ class TestbedStatus:
         nodes: Number of simulated nodes it was started with (0 when never started).
         gpus_per_node: GPUs per node it was started with.
         operators: Whether the training operators are part of it.
+        process_node: Whether it has a process node (see :mod:`.nodeagent`).
     """
 
     __test__ = False  # not a pytest test class
@@ -175,6 +178,7 @@ class TestbedStatus:
     nodes: int
     gpus_per_node: int
     operators: bool
+    process_node: bool = False
 
     @property
     def up(self) -> bool:
@@ -203,6 +207,9 @@ class Testbed:
         ports: Ports to listen on (default: the base this test bed was started with, while its
             state folder says it runs; else :meth:`Ports.default`).
         operators: Start the training operators too (default: yes).
+        process_node: Run a process node (``process-node-0``), whose pods run as processes of
+            this machine (see docs/testbed.md, "Process nodes"). ``None`` (the default): on a
+            running test bed keep what it has, else none.
 
     Example:
         >>> bed = Testbed()  # doctest: +SKIP
@@ -222,6 +229,7 @@ class Testbed:
         gpus_per_node: int | None = None,
         ports: Ports | None = None,
         operators: bool = True,
+        process_node: bool | None = None,
     ):
         if nodes is not None and nodes < 1:
             raise TestbedError(f"a test bed needs at least one node, got {nodes}")
@@ -239,6 +247,8 @@ class Testbed:
         self.nodes = DEFAULT_NODES if nodes is None else nodes
         self.gpus_per_node = DEFAULT_GPUS_PER_NODE if gpus_per_node is None else gpus_per_node
         self.operators = operators
+        self._requested_process_node = process_node
+        self.process_node = bool(process_node)
 
     @property
     def name(self) -> str:
@@ -319,6 +329,8 @@ class Testbed:
                     start_component(self.layout, component, binaries)
                 if self.operators:
                     self._install_after_start()
+                if self.process_node:
+                    self._start_process_node()
             except BaseException:
                 self._stop_all()
                 raise
@@ -359,10 +371,15 @@ class Testbed:
         # The control plane runs: operators that crashed (their supervisor is backing off) or
         # were stopped on purpose are no reason to start the whole test bed over.
         operators = {c.name for c in training_operators.OPERATOR_COMPONENTS}
+        operators.add(process_node.AGENT.name)
         control_plane = [c for c in current.components if c.name not in operators]
         return bool(control_plane) and all(c.running and c.healthy for c in control_plane)
 
     def _start_operators_not_running(self, current: TestbedStatus) -> None:
+        agent = next((c for c in current.components if c.name == process_node.AGENT.name), None)
+        if agent is not None and not agent.running:
+            logger.warning("the process node of test bed %s is down: starting it", self.name)
+            self._start_process_node()
         operators = {c.name: c for c in training_operators.OPERATOR_COMPONENTS}
         down = [c for c in current.components if c.name in operators and not c.running]
         if not any(not c.held for c in down):
@@ -402,6 +419,12 @@ class Testbed:
             changed = True
         else:
             self.operators = current.operators
+        if self._requested_process_node and not current.process_node:
+            self.process_node = True
+            self._start_process_node()
+            changed = True
+        else:
+            self.process_node = current.process_node
         if changed:
             self._write_state()
 
@@ -414,9 +437,12 @@ class Testbed:
         """Which components run and answer their health checks."""
         state = self._read_state()
         with_operators = bool(state.get("operators", self.operators))
+        with_process_node = bool(state.get("process_node", False))
         components = list(CONTROL_PLANE)
         if with_operators:
             components += training_operators.OPERATOR_COMPONENTS
+        if with_process_node:
+            components.append(process_node.AGENT)
         entries = []
         supervised = supervise.load(self.layout)
         for component in components:
@@ -449,6 +475,7 @@ class Testbed:
             nodes=int(state.get("nodes", 0)),
             gpus_per_node=int(state.get("gpus_per_node", 0)),
             operators=with_operators,
+            process_node=with_process_node,
         )
 
     def create_namespace(self, name: str, *, labels: dict[str, str] | None = None) -> str:
@@ -597,6 +624,37 @@ class Testbed:
                 start_component(self.layout, target, binaries, timeout=timeout)
             supervise.hold(self.layout, target.name, False)
 
+    def start_process_node(self) -> None:
+        """Start the process node (``process-node-0``) on this running test bed, if it is down.
+
+        It is then part of the test bed (``status``, the supervisor, ``down``) until ``down``.
+
+        Raises:
+            TestbedError: It did not become Ready (see its log, ``logs/process-node-agent.log``).
+        """
+        with self._locked():
+            supervise.hold(self.layout, process_node.AGENT.name, False)
+            record = process.read(self.layout.pid_file(process_node.AGENT.name))
+            if record is None or not process.is_alive(record):
+                self._start_process_node()
+            state = self._read_state()
+            state["process_node"] = True
+            (self.layout.root / "state.json").write_text(json.dumps(state, indent=2) + "\n")
+
+    def stop_process_node(self, *, crash: bool = False) -> None:
+        """Stop the process node and remove what it made, as ``down`` does; keep it stopped.
+
+        Args:
+            crash: Kill its agent (SIGKILL) instead of stopping it, so that it cannot clean up
+                itself: what is left is then removed as ``down`` removes it.
+        """
+        with self._locked():
+            supervise.hold(self.layout, process_node.AGENT.name, True)
+            record = process.read(self.layout.pid_file(process_node.AGENT.name))
+            if record is not None and process.is_alive(record):
+                (process.kill if crash else process.stop)(record)
+            process_node.teardown(self.layout)
+
     def _operator(self, component: str) -> Component:
         known = {c.name: c for c in training_operators.OPERATOR_COMPONENTS}
         if component not in known:
@@ -682,21 +740,10 @@ class Testbed:
         service_account_key(layout.pki_dir)
         identities = {ADMIN.user: ADMIN}
         identities.update({c.identity.user: c.identity for c in self.components() if c.identity})
+        if self.process_node and process_node.AGENT.identity is not None:
+            identities[process_node.AGENT.identity.user] = process_node.AGENT.identity
         for identity in identities.values():
-            cert = ca.client(identity, "admin" if identity == ADMIN else None)
-            path = (
-                layout.admin_kubeconfig if identity == ADMIN else layout.kubeconfig(identity.user)
-            )
-            write_kubeconfig(
-                path,
-                render_kubeconfig(
-                    cluster=CLUSTER_NAME,
-                    server=layout.apiserver_url,
-                    ca_file=layout.ca_file,
-                    user=identity.user,
-                    client_cert=cert,
-                ),
-            )
+            self._issue_kubeconfig(ca, identity)
         ca.client(APISERVER_KUBELET_CLIENT, KUBELET_CLIENT_STEM)
         shutil.rmtree(layout.pod_logs_dir, ignore_errors=True)
         layout.pod_logs_dir.mkdir(parents=True)
@@ -706,6 +753,22 @@ class Testbed:
             podlogs.default_cluster_logs(self._empty_log),
         ]
         (layout.config_dir / "kwok.yaml").write_text(yaml.safe_dump_all(documents))
+
+    def _issue_kubeconfig(self, ca: CertificateAuthority, identity: Identity) -> None:
+        """A client certificate for ``identity`` and its kubeconfig."""
+        layout = self.layout
+        cert = ca.client(identity, "admin" if identity == ADMIN else None)
+        path = layout.admin_kubeconfig if identity == ADMIN else layout.kubeconfig(identity.user)
+        write_kubeconfig(
+            path,
+            render_kubeconfig(
+                cluster=CLUSTER_NAME,
+                server=layout.apiserver_url,
+                ca_file=layout.ca_file,
+                user=identity.user,
+                client_cert=cert,
+            ),
+        )
 
     @property
     def _empty_log(self) -> Path:
@@ -766,13 +829,26 @@ class Testbed:
                 process.stop(record)
                 logger.info("stopped %s", component.name)
             pid_file.unlink(missing_ok=True)
+        # What the process node's agent made and could not remove itself (it was killed).
+        process_node.teardown(self.layout)
         shutil.rmtree(self.layout.data_dir, ignore_errors=True)
         shutil.rmtree(self.layout.pod_logs_dir, ignore_errors=True)
         (self.layout.root / "state.json").unlink(missing_ok=True)
 
+    def _start_process_node(self) -> None:
+        """Start the process node's agent and wait until its Node is Ready."""
+        identity = process_node.AGENT.identity
+        if identity is not None and not self.layout.kubeconfig(identity.user).is_file():
+            self._issue_kubeconfig(CertificateAuthority(self.layout.pki_dir), identity)
+        started = time.monotonic()
+        start_component(self.layout, process_node.AGENT, process_node.binaries())
+        cluster.call(self.layout, process_node.wait_ready)
+        logger.info("process node ready in %.1fs", time.monotonic() - started)
+
     def _all_known_components(self) -> list[Component]:
-        # Stop operators even when this instance was made with operators=False.
-        return [*CONTROL_PLANE, *training_operators.OPERATOR_COMPONENTS]
+        # Stop operators even when this instance was made with operators=False; the process
+        # node's agent last in start order, so first to stop.
+        return [*CONTROL_PLANE, *training_operators.OPERATOR_COMPONENTS, process_node.AGENT]
 
     def _install_after_start(self) -> None:
         # Webhook registrations and Trainer's runtimes: written through the running operators.
@@ -809,6 +885,7 @@ class Testbed:
             "nodes": self.nodes,
             "gpus_per_node": self.gpus_per_node,
             "operators": self.operators,
+            "process_node": self.process_node,
             "ports_base": self.layout.ports.base,
             "api_url": self.layout.apiserver_url,
             "kubeconfig": str(self.kubeconfig),
