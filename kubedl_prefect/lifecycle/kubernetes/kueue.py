@@ -156,10 +156,21 @@ def _is_true(workload: KubeObject, kind: str) -> bool:
     return condition is not None and condition.get("status") == "True"
 
 
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def _requeues(workload: KubeObject) -> int:
-    state = (workload.get("status") or {}).get("requeueState") or {}
-    count = state.get("count")
-    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+    """How often Kueue evicted (and requeued) the Workload.
+
+    Kueue v0.19.2 counts every eviction in ``status.schedulingStats.evictions`` (by reason);
+    ``requeueState.count`` counts only the back-offs of ``waitForPodsReady`` (a preempted
+    Workload has none).
+    """
+    status = workload.get("status") or {}
+    evictions = (status.get("schedulingStats") or {}).get("evictions") or []
+    counted = sum(_count(e.get("count")) for e in evictions if isinstance(e, dict))
+    return max(counted, _count((status.get("requeueState") or {}).get("count")))
 
 
 def _deactivated(workload: KubeObject) -> bool:
@@ -512,7 +523,9 @@ def _named_queue(named: re.Match[str], queues: _Queues) -> Blocker:
 
 def _flavor_blocker(message: str, queues: _Queues) -> Blocker | None:
     """The blocker of a flavor-assignment message; permanent only when nothing there may pass."""
-    short: list[str] = []
+    # Kueue counts a shortfall over the pod sets assigned so far: per resource and flavor, the
+    # last pod set's number is the job's ("2 more" for the master, "4 more" with the worker).
+    short: dict[tuple[str, str], tuple[str, list[str]]] = {}
     above: list[str] = []
     unfit: list[str] = []
     unknown = False
@@ -521,10 +534,9 @@ def _flavor_blocker(message: str, queues: _Queues) -> Blocker | None:
         matched = False
         for found in _UNUSED.finditer(reasons):
             matched = True
-            short.append(
-                f"{_number(found.group('more'))} more {found.group('resource')} needed in "
-                f"flavor {found.group('flavor')}{where}"
-            )
+            key = (found.group("resource"), found.group("flavor"))
+            sets = short.get(key, ("", []))[1]
+            short[key] = (_number(found.group("more")), [*sets, *([pod_set] if pod_set else [])])
         for found in _ABOVE_MAX.finditer(reasons):
             matched = True
             need = (
@@ -561,9 +573,13 @@ def _flavor_blocker(message: str, queues: _Queues) -> Blocker | None:
         unknown = unknown or not matched
     subject = queues.cluster_subject
     if short:
+        needed = [
+            f"{more} more {resource} needed in flavor {flavor}{_pod_set_words(sets)}"
+            for (resource, flavor), (more, sets) in short.items()
+        ]
         return Blocker(
             B.INSUFFICIENT_QUOTA,
-            f"{queues.where} has no room yet: {'; '.join(short)}",
+            f"{queues.where} has no room yet: {'; '.join(needed)}",
             f"it is admitted when workloads using {subject} (or its cohort) finish or are "
             "preempted; raise its nominalQuota, or give the job a WorkloadPriorityClass that "
             "may preempt (kueue.priorityClass)",
@@ -592,6 +608,14 @@ def _flavor_blocker(message: str, queues: _Queues) -> Blocker | None:
             permanent=True,
         )
     return None
+
+
+def _pod_set_words(sets: list[str]) -> str:
+    """`` (pod set a)`` or `` (pod sets a, b)``; empty when Kueue named none."""
+    unique = list(dict.fromkeys(sets))
+    if not unique:
+        return ""
+    return f" (pod set{'s' if len(unique) > 1 else ''} {', '.join(unique)})"
 
 
 def _by_reason(reason: str, message: str, queues: _Queues) -> Blocker:

@@ -2,8 +2,9 @@
 
 The fixtures in ``kueue/`` are written from Kueue v0.19.2's formats (``QuotaReserved=False``
 messages of ``pkg/scheduler/flavorassigner``, the queue messages of
-``pkg/controller/core/workload_controller.go``, the eviction and requeue conditions), not
-recorded: the test bed gets the real Kueue later (issue 19 item 1). Each holds a suspended
+``pkg/controller/core/workload_controller.go``, the eviction and requeue conditions); the
+``recorded-*`` ones were recorded from the real Kueue v0.19.2 on the test bed (a preemption and
+the admission after it; tests/integration/test_kueue.py runs those flows). Each holds a suspended
 PyTorchJob in LocalQueue ``ml/team-a``, its Workload, and the LocalQueue and ClusterQueue objects
 the wait reads (``null``: it does not exist; absent: it could not be read).
 """
@@ -65,7 +66,8 @@ CASES: dict[str, tuple[AdmissionBlocker, bool, str, tuple[str, ...]]] = {
         B.INSUFFICIENT_QUOTA,
         False,
         CQ,
-        ("500m more cpu needed in flavor gpu-a (pod set master)", "8 more nvidia.com/gpu"),
+        # Kueue counts over the pod sets: the worker's 16 includes the master's 500m.
+        ("16 more cpu needed in flavor gpu-a (pod sets master, worker)", "8 more nvidia.com/gpu"),
     ),
     "one-flavor-fits-later": (B.INSUFFICIENT_QUOTA, False, CQ, ("4 more nvidia.com/gpu",)),
     "preempting": (
@@ -142,6 +144,19 @@ CASES: dict[str, tuple[AdmissionBlocker, bool, str, tuple[str, ...]]] = {
         "Workload ml/pytorchjob-mnist-7c3e9a-a1-5d2f1",
         ("backoffLimitCount", "did not all get ready in time"),
     ),
+    # Recorded from the real Kueue v0.19.2 (test bed): after a preemption the Workload is
+    # QuotaReserved=False with the flavor message, one part per pod set, each counting the pod
+    # sets before it ("2 more" for the master, "4 more" for master and worker together).
+    "recorded-preempted-requeued": (
+        B.INSUFFICIENT_QUOTA,
+        False,
+        "ClusterQueue cq-probe2",
+        (
+            "requeued after eviction (Preempted); now",
+            "ClusterQueue cq-probe2 (LocalQueue probe2/gpu) has no room yet: 4 more "
+            "nvidia.com/gpu needed in flavor kwok-gpu (pod sets master, worker)",
+        ),
+    ),
     "deactivated": (
         B.WORKLOAD_DEACTIVATED,
         True,
@@ -152,7 +167,7 @@ CASES: dict[str, tuple[AdmissionBlocker, bool, str, tuple[str, ...]]] = {
 
 
 def test_every_fixture_has_a_case() -> None:
-    assert {p.stem for p in FIXTURES.glob("*.json")} == {*CASES, "admitted"}
+    assert {p.stem for p in FIXTURES.glob("*.json")} == {*CASES, "admitted", "recorded-readmitted"}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -190,6 +205,35 @@ def test_an_admitted_workload_holds_nothing_back() -> None:
             workloads_read=True,
             local_queues=recorded["localQueues"],
             cluster_queues=recorded["clusterQueues"],
+        )
+        is None
+    )
+
+
+def test_one_shortfall_per_resource_and_flavor_kueue_counts_over_the_pod_sets() -> None:
+    reason = decide(fixture("recorded-preempted-requeued")).reason
+    assert "2 more" not in reason  # the master's part of the 4 the job needs
+    assert reason.count("more nvidia.com/gpu needed") == 1
+
+
+def test_requeues_are_counted_from_the_evictions_kueue_records() -> None:
+    # A preempted Workload has no requeueState (that is waitForPodsReady's back-off): Kueue
+    # v0.19.2 counts its evictions in status.schedulingStats.
+    for name in ("recorded-preempted-requeued", "recorded-readmitted"):
+        recorded = fixture(name)
+        hold = queue_hold(recorded["job"], job_workload(recorded["job"], recorded["workloads"]))
+        assert hold is not None
+        assert hold.requeues == 1, name
+    readmitted = fixture("recorded-readmitted")
+    state = decide(readmitted)
+    assert state.blocker is B.NOT_CREATED  # Kueue is done: the operator's turn
+    assert (
+        kueue_blocker(
+            readmitted["job"],
+            workload=job_workload(readmitted["job"], readmitted["workloads"]),
+            workloads_read=True,
+            local_queues=readmitted["localQueues"],
+            cluster_queues=readmitted["clusterQueues"],
         )
         is None
     )
