@@ -1,0 +1,349 @@
+"""Kueue admission on the real Kueue v0.19.2: issue 19's "Done when", for both job kinds it manages.
+
+Jobs are submitted by the lifecycle (the least-privilege ServiceAccount of deploy/rbac.yaml, with
+the ClusterQueue read of deploy/cluster-rbac.yaml) with ``kueue.queue`` set, as a Kubeflow v1
+PyTorchJob and as a Trainer v2 TrainJob. Kueue's own webhooks suspend them, its Workloads and
+scheduler decide, its preemption evicts; what the wait reports is the decider's reading of those
+real Workloads. Each test gets a ClusterQueue of its own (bound to its namespace, quota on the
+test bed's ``kwok-gpu`` flavor) and a LocalQueue. No controller may restart meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.resources import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_LOCAL_QUEUES,
+    KUEUE_WORKLOADS,
+    ResourceKind,
+)
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker
+from kubedl_prefect.lifecycle.backend import JobOutcome, JobRef, PhaseUpdate, WaitTimeouts
+from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+from kubedl_prefect.lifecycle.status import Phase
+from kubedl_prefect.spec import TrainingJobSpec, loads_spec
+from kubedl_prefect.spec.kueue import JOB_UID_LABEL, suspend_field
+from kubedl_prefect.testbed import kueue, process, supervise
+from kubedl_prefect.testbed.operators import OPERATOR_COMPONENTS
+from kubedl_prefect.testbed.testbed import Testbed
+
+pytestmark = pytest.mark.integration
+
+DEPLOY = Path(__file__).parents[2] / "deploy"
+STAGE = "testbed.kubedl-prefect.io"
+ACCOUNT = "least-privilege"
+LOCAL_QUEUE = "gpu"
+#: GPUs the test's ClusterQueue may reserve (the test bed's nodes have 16).
+QUOTA_GPUS = 4
+#: A permanent Kueue blocker fails the wait within this long (the job is deleted first).
+AT_ONCE_S = 20.0
+DIALECTS = ["kubeflow", "trainer"]
+
+
+def job_spec(
+    name: str, *, queue: str = LOCAL_QUEUE, gpus: int, run: str, priority: str | None = None
+) -> TrainingJobSpec:
+    """A 2-replica PyTorch job (master + worker) asking ``gpus`` GPUs per replica."""
+    priority_field = f", priorityClass: {priority}" if priority else ""
+    return loads_spec(
+        f"""
+name: {name}
+framework: pytorch
+image: registry.example/mnist:1.0
+command: [python, train.py]
+resources: {{cpu: 1, memory: 1Gi, gpus: {gpus}}}
+annotations: {{"{STAGE}/run-duration": "{run}"}}
+checkpoint: {{location: "s3://checkpoints/team"}}
+kueue: {{queue: {queue}{priority_field}}}
+replicas:
+  master: 1
+  worker: 1
+"""
+    )
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+@pytest.fixture
+async def admin(admin_kubeconfig: Path) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.from_kubeconfig(str(admin_kubeconfig))
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def queues(namespace: str, admin: KubeClient) -> AsyncIterator[str]:
+    """A ClusterQueue of :data:`QUOTA_GPUS` GPUs for the namespace, and LocalQueue ``gpu``."""
+    name = f"cq-{namespace}"[:63]
+    await admin.create(
+        KUEUE_CLUSTER_QUEUES,
+        None,
+        # No cohort: a ClusterQueue of another test (or worker) would lend its idle quota.
+        kueue.cluster_queue(name, namespace=namespace, gpus=QUOTA_GPUS),
+    )
+    await admin.create(
+        KUEUE_LOCAL_QUEUES, namespace, kueue.local_queue(namespace, LOCAL_QUEUE, name)
+    )
+    yield name
+    await admin.delete(KUEUE_LOCAL_QUEUES, namespace, LOCAL_QUEUE)
+    await admin.delete(KUEUE_CLUSTER_QUEUES, None, name)
+
+
+@pytest.fixture
+async def backend(
+    request: pytest.FixtureRequest,
+    namespace: str,
+    admin: KubeClient,
+    service_account_kubeconfig: Callable[..., Path],
+) -> AsyncIterator[KubernetesBackend]:
+    """The lifecycle in the test's dialect, as the least-privilege account with cluster reads."""
+    role = next(d for d in _documents(DEPLOY / "rbac.yaml") if d["kind"] == "Role")
+    kubeconfig = service_account_kubeconfig(namespace, role["rules"], ACCOUNT)
+    documents = _documents(DEPLOY / "cluster-rbac.yaml")
+    name = f"kubedl-prefect-diagnosis-{namespace}"
+    cluster_role = next(d for d in documents if d["kind"] == "ClusterRole")
+    await admin.create(CLUSTER_ROLES, None, {**cluster_role, "metadata": {"name": name}})
+    await admin.create(
+        CLUSTER_ROLE_BINDINGS,
+        None,
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}],
+        },
+    )
+    made = KubernetesBackend(namespace=namespace, dialect=request.param, kubeconfig=str(kubeconfig))
+    yield made
+    await made.close()
+    await admin.delete(CLUSTER_ROLE_BINDINGS, None, name)
+    await admin.delete(CLUSTER_ROLES, None, name)
+
+
+@pytest.fixture(autouse=True)
+def no_controller_restarts(testbed: Testbed) -> Iterator[None]:
+    """Every operator (Kueue included) keeps its process and restart count through the test."""
+
+    def processes() -> dict[str, tuple[int, int]]:
+        supervised = supervise.load(testbed.layout)
+        found = {}
+        for component in OPERATOR_COMPONENTS:
+            record = process.read(testbed.layout.pid_file(component.name))
+            if record is not None and process.is_alive(record):
+                known = supervised.get(component.name, supervise.Supervised())
+                found[component.name] = (record.pid, known.restarts)
+        return found
+
+    before = processes()
+    assert "kueue-controller" in before
+    yield
+    assert processes() == before
+
+
+async def _admin_list(admin: KubeClient, kind: ResourceKind, namespace: str) -> list[Any]:
+    return list((await admin.list(kind, namespace)).items)
+
+
+async def job_objects(admin: KubeClient, ref: JobRef) -> list[dict[str, Any]]:
+    """The job objects of ``ref``'s kind in its namespace (one per submission)."""
+    kind = ResourceKind.of({"apiVersion": ref.api_version, "kind": ref.kind})
+    return await _admin_list(admin, kind, ref.namespace)
+
+
+async def workload_of(admin: KubeClient, ref: JobRef) -> dict[str, Any] | None:
+    for workload in await _admin_list(admin, KUEUE_WORKLOADS, ref.namespace):
+        if (workload["metadata"].get("labels") or {}).get(JOB_UID_LABEL) == ref.uid:
+            return dict(workload)
+    return None
+
+
+async def until(what: str, check: Callable[[], Any], timeout_s: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        found = await check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not seen in {timeout_s:.0f}s")
+        await asyncio.sleep(0.2)
+
+
+def conditions(obj: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in ((obj or {}).get("status") or {}).get("conditions") or []}
+
+
+def blockers(updates: list[PhaseUpdate]) -> list[tuple[AdmissionBlocker, str]]:
+    return [
+        (u.admission.blocker, u.admission.reason)
+        for u in updates
+        if u.admission is not None and u.admission.blocker is not None
+    ]
+
+
+async def wait(
+    backend: KubernetesBackend, ref: JobRef, seen: list[PhaseUpdate], admission_s: float = 120
+) -> JobOutcome:
+    return await backend.wait_completed(
+        ref, timeouts=WaitTimeouts(admission_s=admission_s), on_phase=seen.append
+    )
+
+
+# -- fails at once -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", DIALECTS, indirect=True)
+async def test_a_job_in_a_local_queue_that_does_not_exist_fails_at_once_naming_it(
+    backend: KubernetesBackend, admin: KubeClient, queues: str
+) -> None:
+    ref = await backend.submit(
+        job_spec("lost", queue="nosuch", gpus=1, run="3s"), key="lost", attempt=1
+    )
+    created = (await job_objects(admin, ref))[0]
+    path = suspend_field(created)
+    assert path is not None
+    node: Any = created
+    for key in path:
+        node = node[key]
+    assert node is True  # created suspended: Kueue admits it, or nobody does
+    seen: list[PhaseUpdate] = []
+    started = time.monotonic()
+    outcome = await wait(backend, ref, seen)
+    assert time.monotonic() - started < AT_ONCE_S
+    assert not outcome.succeeded
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category.value == AdmissionBlocker.QUEUE_NOT_FOUND.value
+    assert outcome.diagnosis.subject == f"LocalQueue {ref.namespace}/nosuch"
+    assert f'LocalQueue "nosuch" does not exist in namespace {ref.namespace}' in (
+        outcome.diagnosis.message
+    )
+    assert await job_objects(admin, ref) == []  # deleted: nothing waits for ever
+
+
+@pytest.mark.parametrize("backend", DIALECTS, indirect=True)
+async def test_a_job_above_any_quota_its_queue_can_reach_fails_at_once(
+    backend: KubernetesBackend, admin: KubeClient, queues: str
+) -> None:
+    spec = job_spec("huge", gpus=QUOTA_GPUS, run="3s")  # 2 replicas x 4 GPUs > 4
+    ref = await backend.submit(spec, key="huge", attempt=1)
+    seen: list[PhaseUpdate] = []
+    started = time.monotonic()
+    outcome = await wait(backend, ref, seen)
+    assert time.monotonic() - started < AT_ONCE_S
+    assert outcome.diagnosis is not None
+    assert outcome.diagnosis.category.value == AdmissionBlocker.QUEUE_CAPABILITY.value
+    assert outcome.diagnosis.subject == f"ClusterQueue {queues}"
+    assert "nvidia.com/gpu" in outcome.diagnosis.message
+    assert kueue.FLAVOR in outcome.diagnosis.message
+    assert await job_objects(admin, ref) == []
+
+
+# -- waits, then runs --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", DIALECTS, indirect=True)
+async def test_a_job_over_the_free_quota_waits_naming_the_shortfall_and_runs_when_quota_frees(
+    backend: KubernetesBackend, admin: KubeClient, queues: str
+) -> None:
+    hog = await backend.submit(job_spec("hog", gpus=2, run="8s"), key="hog", attempt=1)
+    hog_seen: list[PhaseUpdate] = []
+    hog_done = asyncio.ensure_future(wait(backend, hog, hog_seen))
+
+    async def hog_admitted() -> bool:
+        return conditions(await workload_of(admin, hog)).get("Admitted", {}).get("status") == "True"
+
+    await until("the first job admitted", hog_admitted)
+    ref = await backend.submit(job_spec("waiter", gpus=1, run="2s"), key="waiter", attempt=1)
+    seen: list[PhaseUpdate] = []
+    outcome = await wait(backend, ref, seen)
+    assert (await hog_done).succeeded
+    assert outcome.succeeded, outcome
+    waiting = [
+        reason
+        for blocker, reason in blockers(seen)
+        if blocker is AdmissionBlocker.INSUFFICIENT_QUOTA
+    ]
+    assert waiting, blockers(seen)
+    assert (
+        f"ClusterQueue {queues} (LocalQueue {ref.namespace}/{LOCAL_QUEUE}) has no room yet"
+        in (waiting[0])
+    )
+    # The job's shortfall, in Kueue's numbers: 2 GPUs (1 per replica), all 4 held by the hog.
+    assert f"has no room yet: 2 more nvidia.com/gpu needed in flavor {kueue.FLAVOR}" in waiting[0]
+    phases = [u.phase for u in seen]
+    assert phases.index(Phase.QUEUING) < phases.index(Phase.RUNNING) < phases.index(Phase.SUCCEEDED)
+    assert Phase.FAILED not in phases
+    # It ran only after the first job ended: Kueue held it, not the scheduler.
+    hog_end = next(u.observed_at for u in hog_seen if u.phase is Phase.SUCCEEDED)
+    first_run = next(u.observed_at for u in seen if u.phase is Phase.RUNNING)
+    assert first_run >= hog_end - 1.0
+
+
+# -- preempted, requeued, the same job succeeds ------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", DIALECTS, indirect=True)
+async def test_a_preempted_job_is_requeued_not_resubmitted_and_ends_succeeded(
+    backend: KubernetesBackend, admin: KubeClient, queues: str
+) -> None:
+    low = await backend.submit(
+        job_spec("low", gpus=2, run="10s", priority="low"), key="low", attempt=1
+    )
+    low_seen: list[PhaseUpdate] = []
+    low_done = asyncio.ensure_future(wait(backend, low, low_seen))
+    await until("the low-priority job running", lambda: _running(low_seen))
+    high = await backend.submit(
+        job_spec("high", gpus=2, run="3s", priority="high"), key="high", attempt=1
+    )
+    high_outcome = await wait(backend, high, [])
+    outcome = await low_done
+    assert high_outcome.succeeded
+    assert outcome.succeeded, outcome
+    assert outcome.ref.attempt == 1
+    requeued = [
+        reason for blocker, reason in blockers(low_seen) if blocker is AdmissionBlocker.REQUEUED
+    ]
+    assert requeued, blockers(low_seen)
+    assert "requeued after eviction (Preempted" in requeued[0]
+    phases = [u.phase for u in low_seen]
+    first_run = phases.index(Phase.RUNNING)
+    assert Phase.QUEUING in phases[first_run:]  # back in the queue after running
+    assert phases[-1] is Phase.SUCCEEDED
+    assert Phase.FAILED not in phases
+    # One job object per key, the one first submitted: Kueue suspended and resumed it.
+    jobs = {j["metadata"]["name"]: j for j in await job_objects(admin, low)}
+    assert jobs[low.name]["metadata"]["uid"] == low.uid
+    assert len(jobs) == 2  # low and high, nothing resubmitted
+
+    # Kueue's own record of it: requeued after the preemption, admitted again, finished (a
+    # moment after the job; it resets Evicted and Preempted to False, reason QuotaReserved,
+    # when it admits the Workload again).
+    async def finished() -> dict[str, Any] | None:
+        found = await workload_of(admin, low)
+        done = conditions(found).get("Finished", {}).get("status") == "True"
+        return found if done else None
+
+    seen_conditions = conditions(await until("the Workload finished", finished, timeout_s=30))
+    assert seen_conditions["Requeued"]["reason"] == "Preempted", seen_conditions
+    assert seen_conditions["Evicted"]["status"] == "False", seen_conditions
+
+
+async def _running(seen: list[PhaseUpdate]) -> bool:
+    return any(u.phase is Phase.RUNNING for u in seen)
