@@ -206,6 +206,35 @@ async def wait(
     )
 
 
+# -- Kueue's own webhooks ----------------------------------------------------------------------
+
+
+async def test_kueues_own_webhook_suspends_a_queued_job_created_running(
+    admin: KubeClient, namespace: str, queues: str
+) -> None:
+    # Not our client-side suspend: a batch Job created running with the queue label.
+    jobs = ResourceKind("batch", "v1", "Job", "jobs")
+    created = await admin.create(
+        jobs,
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "plain", "labels": {"kueue.x-k8s.io/queue-name": LOCAL_QUEUE}},
+            "spec": {
+                "suspend": False,
+                "template": {
+                    "spec": {
+                        "restartPolicy": "Never",
+                        "containers": [{"name": "main", "image": "registry.example/x:1"}],
+                    }
+                },
+            },
+        },
+    )
+    assert created["spec"]["suspend"] is True
+
+
 # -- fails at once -----------------------------------------------------------------------------
 
 
