@@ -133,7 +133,11 @@ def environment(mode: str, cache: Path) -> dict[str, str]:
 
 
 def run(
-    runs: int, modes: Sequence[str], source: Path | None, before: Path | None = None
+    runs: int,
+    modes: Sequence[str],
+    source: Path | None,
+    before: Path | None = None,
+    before_label: str | None = None,
 ) -> dict[str, Any]:
     """Measure every mode; return the results with what they were measured under."""
     named = commands(source, before)
@@ -143,6 +147,7 @@ def run(
         "commands": {name: shown(command) for name, command in named.items()},
         "source": str(source) if source is not None else "console script of this environment",
         "before": str(before) if before is not None else None,
+        "before_label": before_label,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average_before": [round(x, 2) for x in os.getloadavg()],
@@ -158,6 +163,8 @@ def run(
             stats = measure(named, env, runs)
             results["modes"][mode] = {
                 "commands": stats,
+                # The 1-minute load average at its end: what ran beside these rounds.
+                "load_average_1m": round(os.getloadavg()[0], 2),
                 "meets_target": all(
                     stats[name]["median_s"] <= TARGET_S for name in ("validate", "render")
                 ),
@@ -173,15 +180,16 @@ def main() -> None:
     parser.add_argument("--bytecode", choices=("both", "as-is", "cached"), default="both")
     parser.add_argument("--source", type=Path, help="a checkout's root to run the CLI from")
     parser.add_argument("--before", type=Path, help="another checkout's root, measured alongside")
+    parser.add_argument("--before-label", help="what --before is, for the results (a commit...)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cli-startup.json")
     args = parser.parse_args()
     modes = ("as-is", "cached") if args.bytecode == "both" else (args.bytecode,)
-    results = run(args.runs, modes, args.source, args.before)
+    results = run(args.runs, modes, args.source, args.before, args.before_label)
     for mode, found in results["modes"].items():
         print(f"{mode} bytecode ({args.runs} runs, target {TARGET_S} s):")
         for name, stats in found["commands"].items():
             print(
-                f"  {name:<9} median {stats['median_s']:.3f} s  "
+                f"  {name:<15} median {stats['median_s']:.3f} s  "
                 f"({stats['min_s']:.3f} - {stats['max_s']:.3f}), cpu {stats['cpu_median_s']:.3f} s,"
                 f" x{stats['ratio_to_pass']} of python -c pass"
             )
