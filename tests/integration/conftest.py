@@ -2,8 +2,9 @@
 
 The session's test bed is ``$KUBEDL_PREFECT_TESTBED`` (default ``default``). A test bed that is
 already up is reused and left running; otherwise it is started (built first when needed: minutes
-on a cold cache) and stopped at the end of the session. Without Go the fixture errors out with
-the reason: integration tests never skip.
+on a cold cache) and stopped at the end of the session, unless the session has workers
+(``pytest -n``): then it stays up. Tests of several workers share it; ``exclusive`` ones run
+alone. Without Go the fixture errors out with the reason: integration tests never skip.
 
 Fixtures hand out kubeconfig paths, so tests may use any client. ``pod_log`` says what a pod's
 containers print (see kubedl_prefect/testbed/podlogs.py); ``testbed.restart(component)`` crashes
@@ -23,6 +24,7 @@ import pytest
 
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.support.exclusive import hold_test_bed
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +34,27 @@ def testbed() -> Iterator[Testbed]:
     was_up = bed.status().up
     bed.up()
     yield bed
-    if not was_up:
+    # A worker of a parallel run (pytest-xdist) cannot know whether another still uses it: the
+    # test bed stays up (`make test` stops the one it started; `testbed down` stops it by hand).
+    if not was_up and "PYTEST_XDIST_WORKER" not in os.environ:
         bed.down()
+
+
+@pytest.fixture(autouse=True)
+def test_bed_turn(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The test bed for a test that uses it: shared with other workers' tests, or alone.
+
+    ``@pytest.mark.exclusive`` marks a test that restarts or stops a component, or that counts
+    what the whole cluster holds (tests/support/exclusive.py). Tests of the local backend, which
+    need no test bed, neither wait nor start one.
+    """
+    if "testbed" not in request.fixturenames:
+        yield
+        return
+    bed: Testbed = request.getfixturevalue("testbed")
+    exclusive = request.node.get_closest_marker("exclusive") is not None
+    with hold_test_bed(bed.layout.root, exclusive=exclusive):
+        yield
 
 
 @pytest.fixture(scope="session")

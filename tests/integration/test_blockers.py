@@ -371,6 +371,7 @@ async def test_a_job_no_operator_acts_on_names_the_controller_and_is_cleaned_up(
     assert await left_behind(admin, ref) == []
 
 
+@pytest.mark.exclusive  # stops or restarts a shared component
 async def test_a_job_of_a_stopped_operator_names_it_and_is_cleaned_up(
     kubedl: KubernetesBackend,
     admin: KubeClient,

@@ -413,6 +413,7 @@ async def test_restart_policy_on_failure_restarts_the_container(
     assert await log_of(kube, namespace, "flaky", "main") == ["attempt 3"]
 
 
+@pytest.mark.exclusive  # kills the process node's agent
 async def test_nothing_is_left_after_what_down_removes_even_when_the_agent_was_killed(
     kube: KubeClient, namespace: str, process_node: Testbed
 ) -> None:

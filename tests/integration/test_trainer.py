@@ -478,6 +478,7 @@ def test_testbed_status_reports_both_healthy(testbed: Testbed) -> None:
         assert re.search(rf"^\s*{name}\s+\d+\s+healthy\s", shown.stdout, re.MULTILINE), name
 
 
+@pytest.mark.exclusive  # stops or restarts a shared component
 async def test_train_jobs_are_refused_while_trainer_is_down_and_run_after_a_crash(
     cluster: Cluster, testbed: Testbed
 ) -> None:
