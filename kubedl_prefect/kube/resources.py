@@ -100,6 +100,20 @@ VOLCANO_QUEUES = ResourceKind(
 INFERENCE_SERVICES = ResourceKind(
     "serving.kserve.io", "v1beta1", "InferenceService", "inferenceservices"
 )
+MUTATING_WEBHOOK_CONFIGURATIONS = ResourceKind(
+    "admissionregistration.k8s.io",
+    "v1",
+    "MutatingWebhookConfiguration",
+    "mutatingwebhookconfigurations",
+    namespaced=False,
+)
+VALIDATING_WEBHOOK_CONFIGURATIONS = ResourceKind(
+    "admissionregistration.k8s.io",
+    "v1",
+    "ValidatingWebhookConfiguration",
+    "validatingwebhookconfigurations",
+    namespaced=False,
+)
 KUEUE_WORKLOADS = ResourceKind("kueue.x-k8s.io", "v1beta2", "Workload", "workloads")
 """Kueue's record of one job's admission (v1beta2, Kueue's storage version since v0.15)."""
 KUEUE_LOCAL_QUEUES = ResourceKind("kueue.x-k8s.io", "v1beta2", "LocalQueue", "localqueues")

@@ -137,6 +137,29 @@ async def create_or_update(
     return written
 
 
+async def write_in_order(
+    kube: KubeClient,
+    kinds: Sequence[ResourceKind],
+    manifests: Sequence[KubeObject],
+    what: str,
+) -> None:
+    """Create or update each of ``manifests`` in order; each one's kind is among ``kinds``.
+
+    Raises:
+        TestbedError: The API server (or a webhook) refused one: its kind, name and ``what``
+            it was written for.
+    """
+    by_kind = {kind.kind: kind for kind in kinds}
+    for manifest in manifests:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        try:
+            await create_or_update(kube, by_kind[kind], manifest)
+        except KubeAPIError as exc:
+            raise TestbedError(
+                f"the API server refused {kind} {name} for {what}: {exc.message}"
+            ) from exc
+
+
 async def _until(
     what: str,
     check: Callable[[], Awaitable[bool]],

@@ -39,16 +39,18 @@ from typing import Any, Final
 
 import yaml
 
-from kubedl_prefect.errors import KubeAPIError, TestbedError
+from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     KUEUE_CLUSTER_QUEUES,
     KUEUE_LOCAL_QUEUES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     ROLE_BINDINGS,
     ROLES,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
     ResourceKind,
 )
 from kubedl_prefect.testbed import cluster
@@ -124,20 +126,6 @@ WORKLOAD_PRIORITY_CLASSES: Final = ResourceKind(
     "v1beta2",
     "WorkloadPriorityClass",
     "workloadpriorityclasses",
-    namespaced=False,
-)
-MUTATING_WEBHOOK_CONFIGURATIONS: Final = ResourceKind(
-    "admissionregistration.k8s.io",
-    "v1",
-    "MutatingWebhookConfiguration",
-    "mutatingwebhookconfigurations",
-    namespaced=False,
-)
-VALIDATING_WEBHOOK_CONFIGURATIONS: Final = ResourceKind(
-    "admissionregistration.k8s.io",
-    "v1",
-    "ValidatingWebhookConfiguration",
-    "validatingwebhookconfigurations",
     namespaced=False,
 )
 
@@ -461,22 +449,20 @@ def local_queue(namespace: str, name: str, cluster_queue_name: str) -> dict[str,
     }
 
 
-_KINDS: Final[dict[str, ResourceKind]] = {
-    kind.kind: kind
-    for kind in (
-        NAMESPACES,
-        CLUSTER_ROLES,
-        CLUSTER_ROLE_BINDINGS,
-        ROLES,
-        ROLE_BINDINGS,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        VALIDATING_WEBHOOK_CONFIGURATIONS,
-        RESOURCE_FLAVORS,
-        WORKLOAD_PRIORITY_CLASSES,
-        KUEUE_CLUSTER_QUEUES,
-        KUEUE_LOCAL_QUEUES,
-    )
-}
+#: What :func:`write` writes.
+_KINDS: Final = (
+    NAMESPACES,
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    ROLES,
+    ROLE_BINDINGS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
+    KUEUE_CLUSTER_QUEUES,
+    KUEUE_LOCAL_QUEUES,
+)
 
 
 async def write(kube: KubeClient, manifests: list[dict[str, Any]]) -> None:
@@ -485,14 +471,7 @@ async def write(kube: KubeClient, manifests: list[dict[str, Any]]) -> None:
     Raises:
         TestbedError: The API server (or Kueue's webhook) refused one.
     """
-    for manifest in manifests:
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        try:
-            await cluster.create_or_update(kube, _KINDS[kind], manifest)
-        except KubeAPIError as exc:
-            raise TestbedError(
-                f"the API server refused {kind} {name} for Kueue: {exc.message}"
-            ) from exc
+    await cluster.write_in_order(kube, _KINDS, manifests, "Kueue")
 
 
 def after_start_manifests(layout: Layout) -> list[dict[str, Any]]:

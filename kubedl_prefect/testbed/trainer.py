@@ -50,9 +50,11 @@ from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
     NAMESPACES,
     SECRETS,
     SERVICE_ACCOUNTS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
     ResourceKind,
 )
 from kubedl_prefect.testbed import cluster
@@ -113,20 +115,6 @@ CLUSTER_TRAINING_RUNTIMES: Final = ResourceKind(
     "v1alpha1",
     "ClusterTrainingRuntime",
     "clustertrainingruntimes",
-    namespaced=False,
-)
-MUTATING_WEBHOOK_CONFIGURATIONS: Final = ResourceKind(
-    "admissionregistration.k8s.io",
-    "v1",
-    "MutatingWebhookConfiguration",
-    "mutatingwebhookconfigurations",
-    namespaced=False,
-)
-VALIDATING_WEBHOOK_CONFIGURATIONS: Final = ResourceKind(
-    "admissionregistration.k8s.io",
-    "v1",
-    "ValidatingWebhookConfiguration",
-    "validatingwebhookconfigurations",
     namespaced=False,
 )
 
@@ -605,30 +593,17 @@ def volcano_scheduled_runtime(upstream: dict[str, Any]) -> dict[str, Any]:
     return runtime
 
 
-_KINDS: Final[dict[str, ResourceKind]] = {
-    kind.kind: kind
-    for kind in (
-        CLUSTER_ROLES,
-        CLUSTER_ROLE_BINDINGS,
-        NAMESPACES,
-        SECRETS,
-        SERVICE_ACCOUNTS,
-        MUTATING_WEBHOOK_CONFIGURATIONS,
-        VALIDATING_WEBHOOK_CONFIGURATIONS,
-        CLUSTER_TRAINING_RUNTIMES,
-    )
-}
-
-
-async def _write_all(kube: KubeClient, manifests: list[dict[str, Any]], what: str) -> None:
-    for manifest in manifests:
-        kind, name = manifest["kind"], manifest["metadata"]["name"]
-        try:
-            await cluster.create_or_update(kube, _KINDS[kind], manifest)
-        except KubeAPIError as exc:
-            raise TestbedError(
-                f"the API server refused {kind} {name} for {what}: {exc.message}"
-            ) from exc
+#: What :func:`install_after_start` writes.
+_KINDS: Final = (
+    CLUSTER_ROLES,
+    CLUSTER_ROLE_BINDINGS,
+    NAMESPACES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    CLUSTER_TRAINING_RUNTIMES,
+)
 
 
 def webhook_secret(layout: Layout) -> dict[str, Any]:
@@ -671,7 +646,7 @@ async def install_after_start(kube: KubeClient, layout: Layout) -> None:
     controller is down, as on a real cluster; the runtimes are written through Trainer's own
     validator.
     """
-    await _write_all(kube, after_start_manifests(layout), "Trainer and JobSet")
+    await cluster.write_in_order(kube, _KINDS, after_start_manifests(layout), "Trainer and JobSet")
 
 
 #: The controllers' process rows: JobSet first (Trainer's JobSets need its webhook).
