@@ -71,8 +71,9 @@ _OBJECT_META = {
 }
 
 
-def crd_path(dialect: Dialect, framework: Framework) -> Path:
+def crd_path(dialect: Dialect | str, framework: Framework | str) -> Path:
     """The CRD file of ``framework``'s kind for ``dialect``, in the Go module cache."""
+    dialect = Dialect(dialect)
     resource = job_resource(dialect, framework)
     if dialect is Dialect.KUBEDL:
         return module_file(KUBEDL, f"config/crd/bases/{resource.group}_{resource.plural}.yaml")
@@ -158,9 +159,13 @@ class CRDSchema:
         self._validator = _Validator(schema)
 
     @classmethod
-    def for_kind(cls, dialect: Dialect, framework: Framework) -> CRDSchema:
-        """The checker for ``framework``'s kind in ``dialect`` (CRD loaded once per process)."""
-        return _cached(dialect, framework)
+    def for_kind(cls, dialect: Dialect | str, framework: Framework | str) -> CRDSchema:
+        """The checker for ``framework``'s kind in ``dialect`` (CRD loaded once per process).
+
+        Names are made members first: ``"kubedl"`` equals ``Dialect.KUBEDL`` as a cache key but
+        is not it, so a first call with the plain name used to look in the wrong module.
+        """
+        return _cached(Dialect(dialect), Framework(framework))
 
     def errors(self, manifest: dict[str, Any]) -> list[str]:
         """Every schema violation, as ``path: message`` lines (empty when the manifest passes)."""
