@@ -321,6 +321,7 @@ async def test_dry_run_creates_nothing_and_strict_validation_refuses_unknown_fie
         await backend.submit(bad, key="dry", attempt=1)
 
 
+@pytest.mark.exclusive  # counts the API server's open watches: other tests' too
 async def test_fifty_jobs_are_followed_through_one_watch_connection(
     backend: KubernetesBackend, namespace: str, admin_kubeconfig: Path
 ) -> None:
