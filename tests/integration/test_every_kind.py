@@ -11,7 +11,6 @@ annotation.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +19,6 @@ from kubernetes_asyncio import client, config
 from kubedl_prefect.errors import SpecError
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 from kubedl_prefect.spec import Dialect, Framework, TrainingJobSpec, loads_spec, validate
-from kubedl_prefect.testbed import process, supervise
-from kubedl_prefect.testbed.operators import OPERATOR_COMPONENTS
-from kubedl_prefect.testbed.testbed import Testbed
 
 pytestmark = pytest.mark.integration
 
@@ -91,33 +87,6 @@ gang: {{scheduler: volcano}}
 replicas:
 {REPLICAS[framework]}"""
     )
-
-
-def operator_processes(testbed: Testbed) -> dict[str, tuple[int, float, int]]:
-    """``{component: (pid, start time, restarts)}`` of the running operators (absent: down)."""
-    running: dict[str, tuple[int, float, int]] = {}
-    supervised = supervise.load(testbed.layout)
-    for component in OPERATOR_COMPONENTS:
-        record = process.read(testbed.layout.pid_file(component.name))
-        if record is not None and process.is_alive(record):
-            restarts = supervised.get(component.name, supervise.Supervised()).restarts
-            running[component.name] = (record.pid, record.started_at, restarts)
-    return running
-
-
-@pytest.fixture
-def unchanged_operators(testbed: Testbed) -> Iterator[None]:
-    """Fails the test when an operator died or was restarted while it ran."""
-    before = operator_processes(testbed)
-    assert set(before) == {c.name for c in OPERATOR_COMPONENTS}, f"operators down: {before}"
-    yield
-    after = operator_processes(testbed)
-    logs = {
-        name: process.log_tail(testbed.layout.log_file(name), 20)
-        for name in before
-        if after.get(name) != before[name]
-    }
-    assert after == before, f"operator processes changed: {before} -> {after}; logs: {logs}"
 
 
 @pytest.mark.parametrize("dialect", list(Dialect), ids=[d.value for d in Dialect])

@@ -57,8 +57,6 @@ from kubedl_prefect.spec import (
     spec_to_data,
     validate,
 )
-from kubedl_prefect.testbed import process, supervise
-from kubedl_prefect.testbed.operators import OPERATOR_COMPONENTS
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import Testbed
 
@@ -109,33 +107,6 @@ def cluster_block(prefect_server: dict[str, str], kubeconfig: Path, namespace: s
         name, overwrite=True
     )
     return name
-
-
-def operator_processes(testbed: Testbed) -> dict[str, tuple[int, float, int]]:
-    """``{component: (pid, start time, restarts)}`` of the running operators (absent: down)."""
-    running: dict[str, tuple[int, float, int]] = {}
-    supervised = supervise.load(testbed.layout)
-    for component in OPERATOR_COMPONENTS:
-        record = process.read(testbed.layout.pid_file(component.name))
-        if record is not None and process.is_alive(record):
-            restarts = supervised.get(component.name, supervise.Supervised()).restarts
-            running[component.name] = (record.pid, record.started_at, restarts)
-    return running
-
-
-@pytest.fixture
-def unchanged_operators(testbed: Testbed) -> Iterator[None]:
-    """Fails the test when an operator (Trainer, JobSet, Volcano...) died or was restarted."""
-    before = operator_processes(testbed)
-    assert set(before) == {c.name for c in OPERATOR_COMPONENTS}, f"operators down: {before}"
-    yield
-    after = operator_processes(testbed)
-    logs = {
-        name: process.log_tail(testbed.layout.log_file(name), 20)
-        for name in before
-        if after.get(name) != before[name]
-    }
-    assert after == before, f"operator processes changed: {before} -> {after}; logs: {logs}"
 
 
 def objects(namespace: str, kind: ResourceKind, kubeconfig: Path) -> list[dict[str, Any]]:
