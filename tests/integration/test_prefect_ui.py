@@ -22,7 +22,8 @@ from flows.ui_check import (
     run_training,
 )
 
-pytestmark = pytest.mark.integration
+# Minutes: a real Prefect server, Chromium and a training run; in `make test`'s second phase.
+pytestmark = [pytest.mark.integration, pytest.mark.long]
 
 
 def test_the_flow_run_page_shows_replicas_progress_summary_and_events(
