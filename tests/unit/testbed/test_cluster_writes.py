@@ -15,6 +15,7 @@ import pytest
 from kubedl_prefect.errors import ConflictError, NotFoundError, ServerError, TestbedError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import (
+    CUSTOM_RESOURCE_DEFINITIONS,
     ROLES,
     SERVICE_ACCOUNTS,
     VOLCANO_QUEUES,
@@ -148,3 +149,21 @@ async def test_pod_log_entries_are_added_and_conflicts_retried(tmp_path: Path) -
     calls = len(fake.calls)
     await cluster.ensure_pod_log(_kube(fake), "ns", "pod", "main", first, default)
     assert fake.calls[calls:] == [("get", cluster.KWOK_LOGS.path("ns", "pod"))]  # nothing to do
+
+
+async def test_the_crd_wait_reads_only_those_not_yet_established_and_names_the_last() -> None:
+    fake = RecordingKube()
+    crds = CUSTOM_RESOURCE_DEFINITIONS
+    for name in ("a.example.io", "b.example.io"):
+        await fake.create(crds, None, {"metadata": {"name": name}})
+    fake.objects[crds.path(None, "a.example.io")]["status"] = {
+        "conditions": [{"type": "Established", "status": "True"}]
+    }
+    fake.calls.clear()
+    with pytest.raises(TestbedError, match=r"not yet Established: b\.example\.io, c\.example\.io"):
+        await cluster.wait_crds_established(
+            _kube(fake), ["a.example.io", "b.example.io", "c.example.io"], timeout_s=0.6
+        )
+    reads = [path.rsplit("/", 1)[-1] for _, path in fake.calls]
+    assert reads.count("a.example.io") == 1  # read once: Established, never again
+    assert reads.count("b.example.io") == reads.count("c.example.io") > 1
