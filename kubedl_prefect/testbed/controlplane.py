@@ -64,9 +64,11 @@ CONTROL_PLANE_BINARIES: tuple[GoBinary, ...] = (
 #: Controllers of kube-controller-manager the test bed needs (fewer controllers, less memory):
 #: namespaces, garbage collection, service accounts and their tokens, workloads (Jobs and
 #: Deployments for users and operators), Services' endpoints, node health and eviction, RBAC
-#: aggregation (admin/edit/view), the root CA ConfigMap, quotas and disruption budgets, and the
+#: aggregation (admin/edit/view), the root CA ConfigMap, quotas and disruption budgets, the
 #: removal of the protection finalizer of deleted PersistentVolumeClaims (a deleted claim stays
-#: Terminating forever without it).
+#: Terminating forever without it), the binding of claims to PersistentVolumes (those the
+#: process node's local provisioner makes, see ``nodeagent/provisioner.py``) and the removal of
+#: deleted volumes' protection finalizer.
 KCM_CONTROLLERS = (
     "namespace-controller",
     "garbage-collector-controller",
@@ -89,6 +91,8 @@ KCM_CONTROLLERS = (
     "resourcequota-controller",
     "disruption-controller",
     "persistentvolumeclaim-protection-controller",
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
 )
 
 
