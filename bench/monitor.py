@@ -19,12 +19,23 @@ polling baselines, see :mod:`bench.waiters`) and every scale (1, 100 and 1,000 j
 
 Latency is ``t1 - t0`` per job. The results go to ``bench/results/monitor.json`` (a list of rows)
 and, unless ``--quick``, to the table in ``docs/benchmarks.md`` (see :mod:`bench.report`).
+
+``--trainjob`` runs the same method on Kubeflow Trainer v2 TrainJobs (rendered in the
+``trainer`` dialect from the same example): the driver plays Trainer (``status.jobsStatus`` of a
+running ``node`` replicated Job, then the ``Complete`` condition Trainer copies from the JobSet),
+and the SDK baseline is the Kubeflow SDK's ``TrainerClient.wait_for_job_status``. Its rows go to
+``bench/results/monitor-trainjob.json`` and a section of their own in ``docs/benchmarks.md``.
+
+The test bed runs no operators, so the driver installs the CRDs it writes or that the waits
+watch (the Kubeflow training operator's, Trainer's and Volcano's) and Trainer's
+``torch-distributed`` ClusterTrainingRuntime, which the SDK reads on every poll.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -42,21 +53,30 @@ from typing import Any
 
 from bench import report
 from bench.waiters import now
-from kubedl_prefect.errors import NotFoundError, TestbedError
+from kubedl_prefect.errors import ConflictError, NotFoundError, TestbedError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import CONFIG_MAPS, NAMESPACES, KubeObject, ResourceKind
 from kubedl_prefect.lifecycle.backend import JobRef
 from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend, attempt_data_key, record_object
 from kubedl_prefect.lifecycle.records import AttemptRecord, record_name
 from kubedl_prefect.spec import TrainingJobSpec, load_spec
+from kubedl_prefect.testbed import cluster, content
 from kubedl_prefect.testbed.components import Ports
 from kubedl_prefect.testbed.testbed import Testbed
-from kubedl_prefect.testbed.upstream import cache_root
+from kubedl_prefect.testbed.trainer import CLUSTER_TRAINING_RUNTIMES, cluster_training_runtimes
+from kubedl_prefect.testbed.upstream import KUBEFLOW_TRAINING, TRAINER, VOLCANO, cache_root
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC_FILE = ROOT / "examples" / "pytorch-mnist.yaml"
 RESULTS = ROOT / "bench" / "results"
 PYTORCHJOBS = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+TRAINJOBS = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+PYTORCHJOB = "PyTorchJob"
+TRAINJOB = "TrainJob"
+KINDS = {PYTORCHJOB: PYTORCHJOBS, TRAINJOB: TRAINJOBS}
+DIALECTS = {PYTORCHJOB: "kubeflow", TRAINJOB: "trainer"}
+TRAINJOB_RUNTIME = "torch-distributed"
+"""The runtime the ``trainer`` dialect names for PyTorch; its one replicated Job is ``node``."""
 
 logger = logging.getLogger("bench.monitor")
 
@@ -68,6 +88,7 @@ class Scenario:
     system: str
     jobs: int
     duration_s: tuple[float, float]
+    kind: str = PYTORCHJOB
 
     @property
     def job_seconds(self) -> str:
@@ -105,11 +126,25 @@ def plan_scenarios(quick: bool) -> list[Scenario]:
     return runs
 
 
+def plan_trainjob_scenarios(quick: bool) -> list[Scenario]:
+    """The TrainJob rows: every system waiting on 100 TrainJobs of 20-40 s (``--trainjob``)."""
+    systems = ("kubedl-prefect", "kubeflow-sdk", "poll-5s")
+    if quick:
+        return [Scenario(s, n, (5.0, 10.0), TRAINJOB) for n in (1, 10) for s in systems]
+    return [Scenario(s, 100, (20.0, 40.0), TRAINJOB) for s in systems]
+
+
 def parse_scenario(text: str) -> Scenario:
-    """``SYSTEM:JOBS:LOW-HIGH`` (or ``SYSTEM:JOBS:SECONDS``) as a :class:`Scenario`."""
-    system, jobs, seconds = text.split(":")
+    """``SYSTEM:JOBS:LOW-HIGH[:KIND]`` (or ``SYSTEM:JOBS:SECONDS``) as a :class:`Scenario`.
+
+    ``KIND`` is ``PyTorchJob`` (the default) or ``TrainJob``.
+    """
+    system, jobs, seconds, *kind = text.split(":")
     low, _, high = seconds.partition("-")
-    return Scenario(system, int(jobs), (float(low), float(high or low)))
+    chosen = kind[0] if kind else PYTORCHJOB
+    if chosen not in KINDS:
+        raise ValueError(f"unknown job kind {chosen!r} in {text!r}; one of {', '.join(KINDS)}")
+    return Scenario(system, int(jobs), (float(low), float(high or low)), chosen)
 
 
 def durations(scenario: Scenario, seed: int) -> list[float]:
@@ -145,8 +180,16 @@ def _condition(kind: str, status: str, reason: str, message: str, at: str) -> di
     }
 
 
-def running_status(name: str, created_at: str, roles: Sequence[str]) -> KubeObject:
-    """The status the training operator writes once every replica runs."""
+def running_status(
+    name: str, created_at: str, roles: Sequence[str], kind: str = PYTORCHJOB
+) -> KubeObject:
+    """The status the training operator writes once every replica runs.
+
+    For a TrainJob, Trainer writes no condition while it runs: only ``jobsStatus``, one entry per
+    replicated Job counting its child Jobs (here each has one Job, ready).
+    """
+    if kind == TRAINJOB:
+        return {"status": {"jobsStatus": [_jobs_status(role, ready=1) for role in roles]}}
     return {
         "status": {
             "conditions": [
@@ -159,9 +202,40 @@ def running_status(name: str, created_at: str, roles: Sequence[str]) -> KubeObje
     }
 
 
-def succeeded_status(name: str, created_at: str, roles: Sequence[str]) -> KubeObject:
-    """The status the training operator writes when the job succeeded (whole condition list)."""
+def _jobs_status(role: str, *, ready: int = 0, succeeded: int = 0) -> dict[str, Any]:
+    return {
+        "name": role,
+        "active": ready,
+        "ready": ready,
+        "succeeded": succeeded,
+        "failed": 0,
+        "suspended": 0,
+    }
+
+
+def succeeded_status(
+    name: str, created_at: str, roles: Sequence[str], kind: str = PYTORCHJOB
+) -> KubeObject:
+    """The status the training operator writes when the job succeeded (whole condition list).
+
+    For a TrainJob: the ``Complete`` condition Trainer v2.3.0 copies from its JobSet (reason
+    ``AllJobsCompleted``), with every replicated Job's Job succeeded.
+    """
     at = _rfc3339()
+    if kind == TRAINJOB:
+        complete = {
+            "type": "Complete",
+            "status": "True",
+            "reason": "AllJobsCompleted",
+            "message": "jobset completed successfully",
+            "lastTransitionTime": at,
+        }
+        return {
+            "status": {
+                "conditions": [complete],
+                "jobsStatus": [_jobs_status(role, succeeded=1) for role in roles],
+            }
+        }
     return {
         "status": {
             "conditions": [
@@ -179,12 +253,24 @@ class Driver:
     """Creates jobs, runs one system per process and plays the operator."""
 
     def __init__(
-        self, testbed: Testbed, client: KubeClient, spec: TrainingJobSpec, seed: int, python: str
+        self,
+        testbed: Testbed,
+        client: KubeClient,
+        spec: TrainingJobSpec,
+        seed: int,
+        python: str,
+        runtimes: dict[str, list[dict[str, Any]]],
     ):
         self.python = python
+        self.runtimes = runtimes
         self.testbed = testbed
         self.client = client
-        self.spec = spec
+        # A TrainJob has no backoffLimit and takes gang scheduling from its runtime: the same
+        # job without them (the trainer dialect refuses both, with the reason).
+        self.specs = {
+            PYTORCHJOB: spec,
+            TRAINJOB: spec.model_copy(update={"backoff_limit": None, "gang": None}),
+        }
         self.seed = seed
         self.logs = cache_root() / "bench" / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
@@ -195,35 +281,47 @@ class Driver:
         namespace = f"mon-{index:02d}-{scenario.jobs}-{self.tag}"
         await asyncio.to_thread(self.testbed.create_namespace, namespace)
         try:
-            refs, created_at, roles = await self._create_jobs(namespace, scenario.jobs)
+            refs, created_at, roles = await self._create_jobs(
+                namespace, scenario.jobs, scenario.kind
+            )
             observed = await self._measure(scenario, namespace, refs, created_at, roles)
         finally:
             await self._delete_namespace(namespace)
         return self._row(scenario, observed)
 
-    async def _create_jobs(self, namespace: str, count: int) -> tuple[list[JobRef], str, list[str]]:
-        backend = KubernetesBackend(namespace=namespace, dialect="kubeflow")
-        manifests = [backend.manifest(self.spec, key=f"bench-{i}") for i in range(count)]
-        roles = sorted(manifests[0]["spec"]["pytorchReplicaSpecs"])
+    async def _create_jobs(
+        self, namespace: str, count: int, kind: str
+    ) -> tuple[list[JobRef], str, list[str]]:
+        dialect = DIALECTS[kind]
+        resource = KINDS[kind]
+        spec = self.specs[kind]
+        backend = KubernetesBackend(namespace=namespace, dialect=dialect)
+        manifests = [backend.manifest(spec, key=f"bench-{i}") for i in range(count)]
+        if kind == TRAINJOB:
+            # The replicated Jobs of the runtime the manifests name (torch-distributed: node).
+            runtime = manifests[0]["spec"]["runtimeRef"]["name"]
+            roles = [job["name"] for job in self.runtimes[runtime]]
+        else:
+            roles = sorted(manifests[0]["spec"]["pytorchReplicaSpecs"])
         created_at = _rfc3339()
         limit = asyncio.Semaphore(8)
 
         async def create(manifest: KubeObject) -> JobRef:
             async with limit:
-                obj = await self.client.create(PYTORCHJOBS, namespace, manifest)
+                obj = await self.client.create(resource, namespace, manifest)
                 name = obj["metadata"]["name"]
                 await self.client.patch(
-                    PYTORCHJOBS,
+                    resource,
                     namespace,
                     name,
-                    running_status(name, created_at, roles),
+                    running_status(name, created_at, roles, kind),
                     subresource="status",
                 )
             metadata = obj["metadata"]
             ref = JobRef(
                 backend="kubernetes",
                 cluster="",
-                dialect="kubeflow",
+                dialect=dialect,
                 namespace=namespace,
                 name=name,
                 uid=metadata["uid"],
@@ -236,9 +334,9 @@ class Driver:
             # The run record submit() would have made, so the waiter writes the end in one patch.
             submitted = AttemptRecord(attempt=1, name=name, uid=ref.uid, ref=ref.to_dict())
             record = record_object(
-                record_name(self.spec.name, ref.key),
+                record_name(spec.name, ref.key),
                 ref,
-                self.spec.name,
+                spec.name,
                 {attempt_data_key(1): json.dumps(submitted.to_dict())},
             )
             async with limit:
@@ -259,6 +357,7 @@ class Driver:
         observed = Observed()
         plan = {
             "system": scenario.system,
+            "kind": scenario.kind,
             "namespace": namespace,
             "kubeconfig": str(self.testbed.kubeconfig),
             "jobs": [ref.to_dict() for ref in refs],
@@ -314,7 +413,9 @@ class Driver:
                 start = observed.start = now()
                 runs = durations(scenario, self.seed)
                 schedule = sorted((start + d, ref.name) for d, ref in zip(runs, refs, strict=True))
-                await self._finish_jobs(namespace, schedule, created_at, roles, observed)
+                await self._finish_jobs(
+                    namespace, scenario.kind, schedule, created_at, roles, observed
+                )
                 grace = 90.0 + total * 0.05
                 try:
                     await asyncio.wait_for(finished.wait(), timeout=grace)
@@ -356,6 +457,7 @@ class Driver:
     async def _finish_jobs(
         self,
         namespace: str,
+        kind: str,
         schedule: list[tuple[float, str]],
         created_at: str,
         roles: list[str],
@@ -371,9 +473,9 @@ class Driver:
             delay = due - now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            body = succeeded_status(name, created_at, roles)
+            body = succeeded_status(name, created_at, roles, kind)
             t0 = now()
-            await self.client.patch(PYTORCHJOBS, namespace, name, body, subresource="status")
+            await self.client.patch(KINDS[kind], namespace, name, body, subresource="status")
             observed.patched[name] = now()
             observed.t0[name] = t0
             observed.late_s.append(t0 - due)
@@ -416,6 +518,7 @@ class Driver:
         patch_ms = [(observed.patched[n] - t0) * 1000 for n, t0 in observed.t0.items()]
         return {
             "system": scenario.system,
+            "kind": scenario.kind,
             "jobs": scenario.jobs,
             "job_seconds": scenario.job_seconds,
             "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
@@ -474,12 +577,35 @@ def package_versions(python: str) -> dict[str, str]:
     """Versions of the measured packages in the waiting processes' environment."""
     script = (
         "import json, importlib.metadata as m; print(json.dumps({n: m.version(n) for n in "
-        "('kubedl-prefect', 'kubeflow-training', 'kubernetes', 'kubernetes-asyncio')}))"
+        "('kubedl-prefect', 'kubeflow-training', 'kubeflow', 'kubernetes', 'kubernetes-asyncio')}))"
     )
     found: dict[str, str] = json.loads(
         subprocess.run([python, "-c", script], check=True, capture_output=True, text=True).stdout
     )
     return found
+
+
+async def install_job_apis(testbed: Testbed, client: KubeClient) -> dict[str, list[dict[str, Any]]]:
+    """Install what the driver writes on a test bed without operators; return the runtimes.
+
+    The CRDs of the Kubeflow training operator (``PyTorchJob``), of Trainer (``TrainJob`` and
+    its runtimes) and of Volcano (kubedl-prefect's waits watch PodGroups), and Trainer's
+    :data:`TRAINJOB_RUNTIME` ClusterTrainingRuntime, which the Kubeflow SDK reads each time it
+    reads a TrainJob. Returns ``{runtime name: its replicatedJobs}`` of the runtimes installed.
+    """
+    wanted = (KUBEFLOW_TRAINING, TRAINER, VOLCANO)
+    sources = tuple(s for s in content.CRD_SOURCES if s.module in wanted)
+    manifests = await asyncio.to_thread(content.crd_manifests, sources)
+    await asyncio.to_thread(cluster.call, testbed.layout, cluster.apply_crds, manifests)
+    installed: dict[str, list[dict[str, Any]]] = {}
+    for runtime in await asyncio.to_thread(cluster_training_runtimes):
+        name = runtime["metadata"]["name"]
+        if name != TRAINJOB_RUNTIME:
+            continue
+        with contextlib.suppress(ConflictError):
+            await client.create(CLUSTER_TRAINING_RUNTIMES, None, runtime)
+        installed[name] = list(runtime["spec"]["template"]["spec"]["replicatedJobs"])
+    return installed
 
 
 def _bring_up(name: str, port_base: int) -> tuple[Testbed, bool]:
@@ -505,7 +631,8 @@ async def _run_all(
     rows: list[dict[str, Any]] = []
     started = time.monotonic()
     try:
-        driver = Driver(testbed, client, spec, seed, python)
+        runtimes = await install_job_apis(testbed, client)
+        driver = Driver(testbed, client, spec, seed, python, runtimes)
         for index, scenario in enumerate(scenarios):
             began = time.monotonic()
             row = await driver.run(scenario, index)
@@ -542,17 +669,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="SYSTEM:JOBS:LOW-HIGH",
         help="run only these (repeatable), e.g. kubedl-prefect:1000:20-40; results as --quick",
     )
+    parser.add_argument(
+        "--trainjob",
+        action="store_true",
+        help="the TrainJob rows (100 Kubeflow Trainer v2 TrainJobs; with --quick, 1 and 10)",
+    )
     parser.add_argument("--output", type=Path, help="results file (default bench/results/...)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
 
     partial = args.quick or bool(args.scenario)
-    output = args.output or RESULTS / ("monitor-quick.json" if partial else "monitor.json")
-    scenarios = (
-        [parse_scenario(text) for text in args.scenario]
-        if args.scenario
-        else plan_scenarios(args.quick)
-    )
+    stem = "monitor-trainjob" if args.trainjob else "monitor"
+    output = args.output or RESULTS / (f"{stem}-quick.json" if partial else f"{stem}.json")
+    if args.scenario:
+        scenarios = [parse_scenario(text) for text in args.scenario]
+    elif args.trainjob:
+        scenarios = plan_trainjob_scenarios(args.quick)
+    else:
+        scenarios = plan_scenarios(args.quick)
     python = bench_python()
     versions = package_versions(python)
     testbed, started_here = _bring_up(args.testbed, args.port_base)
@@ -571,6 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "seed": args.seed,
             "quick": partial,
             "command": "uv run --group bench python -m bench.monitor"
+            + (" --trainjob" if args.trainjob else "")
             + (" --quick" if args.quick else ""),
         }
     )
@@ -578,7 +713,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     meta_file.write_text(json.dumps(meta, indent=2) + "\n")
     logger.info("results in %s (%d rows, %.0f s)", output, len(rows), elapsed)
     if not partial:
-        report.write_docs(rows, meta)
+        if args.trainjob:
+            report.write_trainjob_docs(rows, meta)
+        else:
+            report.write_docs(rows, meta)
         logger.info("table in %s", report.DOCS)
     return 0
 

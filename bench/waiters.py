@@ -22,6 +22,13 @@ Systems:
   wrapping ``kubernetes.client.rest.RESTClientObject.request``.
 * ``poll-5s``: a GET of the job every 5 s with kubedl-prefect's ``KubeClient``, one coroutine per
   job; requests from ``request_count``.
+
+The plan's ``kind`` says what the jobs are: ``PyTorchJob`` (the default) or ``TrainJob``
+(Kubeflow Trainer v2). For TrainJobs ``kubedl-prefect`` waits in the ``trainer`` dialect,
+``poll-5s`` reads the TrainJob's ``Complete``/``Failed`` conditions, and ``kubeflow-sdk`` is the
+Kubeflow SDK's ``kubeflow.trainer.TrainerClient.wait_for_job_status`` with its defaults (every
+2 s it GETs the TrainJob, its runtime — the namespaced TrainingRuntime first, then the
+ClusterTrainingRuntime — and lists the TrainJob's pods; 600 s limit), one thread per job.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ from pathlib import Path
 from typing import Any
 
 SYSTEMS = ("kubedl-prefect", "kubeflow-sdk", "poll-5s")
+TRAINJOB = "TrainJob"
+_DIALECTS = {"PyTorchJob": "kubeflow", TRAINJOB: "trainer"}
+_TERMINAL = {"Succeeded": "Succeeded", "Failed": "Failed", "Complete": "Succeeded"}
 POLL_INTERVAL_S = 5.0
 _OUT_LOCK = threading.Lock()
 
@@ -65,10 +75,13 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def _terminal(job: dict[str, Any]) -> str | None:
-    """``Succeeded``/``Failed`` when such a condition is True, else ``None`` (baseline poller)."""
+    """``Succeeded``/``Failed`` when such a condition is True, else ``None`` (baseline poller).
+
+    A TrainJob's ``Complete`` condition reads ``Succeeded``.
+    """
     for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
-            return str(condition["type"])
+        if condition.get("type") in _TERMINAL and condition.get("status") == "True":
+            return _TERMINAL[str(condition["type"])]
     return None
 
 
@@ -109,7 +122,9 @@ async def run_kubedl_prefect(plan: dict[str, Any]) -> None:
     from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
 
     backend = KubernetesBackend(
-        namespace=plan["namespace"], dialect="kubeflow", kubeconfig=plan["kubeconfig"]
+        namespace=plan["namespace"],
+        dialect=_DIALECTS[plan.get("kind", "PyTorchJob")],
+        kubeconfig=plan["kubeconfig"],
     )
     seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
 
@@ -139,7 +154,10 @@ async def run_poll(plan: dict[str, Any]) -> None:
     from kubedl_prefect.kube.client import KubeClient
     from kubedl_prefect.kube.resources import ResourceKind
 
-    kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+    if plan.get("kind") == TRAINJOB:
+        kind = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+    else:
+        kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
     namespace = plan["namespace"]
     client = await KubeClient.from_kubeconfig(plan["kubeconfig"])
     seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
@@ -166,8 +184,8 @@ async def run_poll(plan: dict[str, Any]) -> None:
     await client.close()
 
 
-def run_kubeflow_sdk(plan: dict[str, Any]) -> None:
-    from kubeflow.training import TrainingClient  # type: ignore[import-untyped]
+def _count_requests() -> Callable[[], int]:
+    """Count every request of the sync Kubernetes client; return a reader of the count."""
     from kubernetes.client import rest  # type: ignore[import-untyped]
 
     count = [0]
@@ -181,6 +199,58 @@ def run_kubeflow_sdk(plan: dict[str, Any]) -> None:
 
     rest.RESTClientObject.request = counted
 
+    def read() -> int:
+        with count_lock:
+            return count[0]
+
+    return read
+
+
+def _wait_in_threads(names: list[str], seen: _Seen, wait_one: Callable[[str], None]) -> None:
+    """Run ``wait_one`` per job in a thread each; ``ready`` once every job was seen once."""
+    threads = [
+        threading.Thread(target=wait_one, args=(n,), name=f"wait-{n}", daemon=True) for n in names
+    ]
+    for thread in threads:
+        thread.start()
+    while len(seen) < len(names) and any(t.is_alive() for t in threads):
+        time.sleep(0.02)
+    emit("ready", t=now(), seen=len(seen), **memory_kb())
+    for thread in threads:
+        thread.join()
+
+
+def run_trainer_client(plan: dict[str, Any]) -> None:
+    """The Kubeflow SDK's ``TrainerClient.wait_for_job_status`` per TrainJob, its defaults."""
+    from kubeflow.common.types import KubernetesBackendConfig  # type: ignore[import-untyped]
+    from kubeflow.trainer import TrainerClient  # type: ignore[import-untyped]
+
+    requests = _count_requests()
+    namespace = plan["namespace"]
+    trainer = TrainerClient(
+        KubernetesBackendConfig(namespace=namespace, config_file=plan["kubeconfig"])
+    )
+    seen = _Seen(len(plan["jobs"]))
+
+    def wait_one(name: str) -> None:
+        try:
+            job = trainer.wait_for_job_status(name, callbacks=[lambda _job: seen.add(name)])
+        except Exception as exc:
+            emit("error", name=name, t1=now(), error=repr(exc))
+            return
+        t1 = now()
+        emit("done", name=name, t1=t1, phase=_TERMINAL.get(job.status, job.status))
+
+    names = [job["name"] for job in plan["jobs"]]
+    rss_start = memory_kb()
+    _wait_in_threads(names, seen, wait_one)
+    emit("summary", requests=requests(), rss_start=rss_start, **memory_kb())
+
+
+def run_kubeflow_sdk(plan: dict[str, Any]) -> None:
+    from kubeflow.training import TrainingClient  # type: ignore[import-untyped]
+
+    requests = _count_requests()
     namespace = plan["namespace"]
     training = TrainingClient(
         config_file=plan["kubeconfig"], namespace=namespace, job_kind="PyTorchJob"
@@ -201,19 +271,8 @@ def run_kubeflow_sdk(plan: dict[str, Any]) -> None:
 
     names = [job["name"] for job in plan["jobs"]]
     rss_start = memory_kb()
-    threads = [
-        threading.Thread(target=wait_one, args=(n,), name=f"wait-{n}", daemon=True) for n in names
-    ]
-    for thread in threads:
-        thread.start()
-    while len(seen) < len(names) and any(t.is_alive() for t in threads):
-        time.sleep(0.02)
-    emit("ready", t=now(), seen=len(seen), **memory_kb())
-    for thread in threads:
-        thread.join()
-    with count_lock:
-        requests = count[0]
-    emit("summary", requests=requests, rss_start=rss_start, **memory_kb())
+    _wait_in_threads(names, seen, wait_one)
+    emit("summary", requests=requests(), rss_start=rss_start, **memory_kb())
 
 
 def _log_collections() -> None:
@@ -250,6 +309,8 @@ def main(argv: list[str]) -> int:
         asyncio.run(run_kubedl_prefect(plan))
     elif system == "poll-5s":
         asyncio.run(run_poll(plan))
+    elif system == "kubeflow-sdk" and plan.get("kind") == TRAINJOB:
+        run_trainer_client(plan)
     elif system == "kubeflow-sdk":
         run_kubeflow_sdk(plan)
     else:
