@@ -8,7 +8,7 @@ container runs again, after a back-off (:func:`backoff_s`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -123,8 +123,14 @@ def _state(state: ContainerState) -> KubeObject:
     return {"terminated": terminated}
 
 
-def container_status(record: ContainerRecord, *, init: bool = False) -> KubeObject:
-    """One entry of ``containerStatuses`` (or ``initContainerStatuses``)."""
+def container_status(
+    record: ContainerRecord, *, init: bool = False, probed_ready: bool = True
+) -> KubeObject:
+    """One entry of ``containerStatuses`` (or ``initContainerStatuses``).
+
+    ``probed_ready`` is what the container's readiness probe says (see :mod:`.probes`); a
+    running container without one is ready.
+    """
     running = isinstance(record.state, Running)
     done = isinstance(record.state, Terminated) and record.state.exit_code == 0
     status: KubeObject = {
@@ -133,7 +139,7 @@ def container_status(record: ContainerRecord, *, init: bool = False) -> KubeObje
         "imageID": "",
         "state": _state(record.state),
         "lastState": _state(record.last) if record.last else {},
-        "ready": done if init else running,
+        "ready": done if init else running and probed_ready,
         "restartCount": record.restart_count,
         "started": running,
     }
@@ -196,6 +202,7 @@ def pod_status(
     host_ip: str,
     start_time: str,
     now: str,
+    readiness: Mapping[str, bool] | None = None,
 ) -> KubeObject:
     """The ``status`` a process node writes for ``pod``.
 
@@ -207,11 +214,16 @@ def pod_status(
         host_ip: The node's address.
         start_time: When the node took it up.
         now: The current time (RFC 3339), for conditions that change.
+        readiness: What the readiness probes say, by container name (a container without a
+            readiness probe is ready while it runs).
     """
+    probed = readiness or {}
     policy = str((pod.get("spec") or {}).get("restartPolicy", "Always"))
     current = phase(policy, init, containers)
     initialized = all(isinstance(r.state, Terminated) and r.state.exit_code == 0 for r in init)
-    all_running = bool(containers) and all(isinstance(r.state, Running) for r in containers)
+    all_running = bool(containers) and all(
+        isinstance(r.state, Running) and probed.get(r.name, True) for r in containers
+    )
     finished = current in ("Succeeded", "Failed")
     before = {str(c.get("type")): c for c in ((pod.get("status") or {}).get("conditions") or [])}
     conditions = []
@@ -234,7 +246,9 @@ def pod_status(
         "hostIPs": [{"ip": host_ip}],
         "startTime": start_time,
         "initContainerStatuses": [container_status(r, init=True) for r in init],
-        "containerStatuses": [container_status(r) for r in containers],
+        "containerStatuses": [
+            container_status(r, probed_ready=probed.get(r.name, True)) for r in containers
+        ],
         "qosClass": (pod.get("status") or {}).get("qosClass", "BestEffort"),
     }
     if pod_ip is not None:
