@@ -54,7 +54,7 @@ from kubedl_prefect.kube.resources import (
 )
 from kubedl_prefect.testbed import cluster, podlogs
 from kubedl_prefect.testbed.components import LOOPBACK, Layout
-from kubedl_prefect.testbed.nodeagent import network, podspec, podstatus
+from kubedl_prefect.testbed.nodeagent import network, podspec, podstatus, probes
 from kubedl_prefect.testbed.nodeagent.node import (
     LEASE_NAMESPACE,
     AgentPaths,
@@ -68,6 +68,7 @@ from kubedl_prefect.testbed.nodeagent.podstatus import (
     Terminated,
     Waiting,
 )
+from kubedl_prefect.testbed.nodeagent.prober import ContainerProber
 from kubedl_prefect.testbed.nodeagent.sandbox import SandboxSpec
 
 logger = logging.getLogger(__name__)
@@ -379,6 +380,8 @@ class PodWorker:
             for c in self.specs
         ]
         self.processes: dict[str, asyncio.subprocess.Process] = {}
+        #: What the readiness probes of running containers say, by container name.
+        self.readiness: dict[str, bool] = {}
         self.deleting = asyncio.Event()
         self.grace_s = 30.0
         self._task: asyncio.Task[None] | None = None
@@ -459,7 +462,11 @@ class PodWorker:
             address=self.pod_ip or "",
             hostname=str(spec.get("hostname", "")),
             subdomain=str(spec.get("subdomain", "")),
-            ready=bool(self.records) and all(isinstance(r.state, Running) for r in self.records),
+            ready=bool(self.records)
+            and all(
+                isinstance(r.state, Running) and self.readiness.get(r.name, True)
+                for r in self.records
+            ),
         )
 
     def write_hosts(self, endpoints: list[KubeObject]) -> None:
@@ -702,7 +709,9 @@ class PodWorker:
             start_new_session=True,
         )
         self.processes[plan.name] = process
+        prober = None if init else self._prober(self.specs[index], plan, process)
         await self._set(index, init, _replace(record, Running(started)))
+        probing = asyncio.create_task(prober.run()) if prober is not None else None
         assert process.stdout is not None
         assert process.stderr is not None
         copies = [
@@ -716,6 +725,9 @@ class PodWorker:
             await self._terminate(process)
         deleted.cancel()
         code = await waiter
+        if probing is not None:
+            probing.cancel()
+            self.readiness.pop(plan.name, None)
         await asyncio.gather(*copies, return_exceptions=True)
         self.processes.pop(plan.name, None)
         shutil.rmtree(scratch, ignore_errors=True)
@@ -730,12 +742,57 @@ class PodWorker:
         await self.report()
         return exit_code
 
-    async def _terminate(self, process: asyncio.subprocess.Process) -> None:
+    def _prober(
+        self,
+        container: KubeObject,
+        plan: podspec.ContainerPlan,
+        process: asyncio.subprocess.Process,
+    ) -> ContainerProber | None:
+        """The prober of one run of ``container`` (``None``: it has no probes)."""
+        found = probes.container_probes(container, self.pod_ip or "")
+        if isinstance(found, str):
+            logger.warning("pod %s/%s: %s: not probed", self.namespace, self.name, found)
+            return None
+        if not found:
+            return None
+        name = plan.name
+        if any(p.kind == "readiness" for p in found):
+            self.readiness[name] = False
+        pod_grace = (self.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+
+        async def on_ready(ready: bool) -> None:
+            self.readiness[name] = ready
+            await self.report()
+
+        async def on_failure(kind: probes.ProbeKind, message: str) -> None:
+            await self.agent.event(self.pod, "Warning", "Unhealthy", message)
+
+        async def on_kill(probe: probes.Probe) -> None:
+            message = probes.kill_message(name, probe.kind)
+            await self.agent.event(self.pod, "Normal", "Killing", message)
+            grace = probe.termination_grace_s
+            if grace is None:
+                grace = float(pod_grace) if pod_grace is not None else 30.0
+            await self._terminate(process, grace_s=grace)
+
+        return ContainerProber(
+            found,
+            init_pid=lambda: _first_child(process.pid),
+            env=plan.env,
+            on_ready=on_ready,
+            on_failure=on_failure,
+            on_kill=on_kill,
+        )
+
+    async def _terminate(
+        self, process: asyncio.subprocess.Process, *, grace_s: float | None = None
+    ) -> None:
         """SIGTERM (passed on to the command), then SIGKILL after the grace period."""
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGTERM)
+        grace = self.grace_s if grace_s is None else grace_s
         try:
-            await asyncio.wait_for(process.wait(), max(0.0, self.grace_s))
+            await asyncio.wait_for(process.wait(), max(0.0, grace))
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()  # the launcher; the kernel then kills its namespace
@@ -781,6 +838,7 @@ class PodWorker:
                 host_ip=LOOPBACK,
                 start_time=self.start_time,
                 now=now(),
+                readiness=self.readiness,
             )
             if status == self._written:
                 return
@@ -799,6 +857,15 @@ class PodWorker:
             if ready != self._ready:
                 self._ready = ready
                 self.agent.refresh_hosts()
+
+
+def _first_child(pid: int) -> int | None:
+    """The first child of process ``pid`` (a launcher's: the container's first process)."""
+    with contextlib.suppress(psutil.Error):
+        children = psutil.Process(pid).children()
+        if children:
+            return children[0].pid
+    return None
 
 
 def _replace(record: ContainerRecord, state: podstatus.ContainerState) -> ContainerRecord:
