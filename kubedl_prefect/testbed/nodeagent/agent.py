@@ -54,7 +54,7 @@ from kubedl_prefect.kube.resources import (
 )
 from kubedl_prefect.testbed import cluster, podlogs
 from kubedl_prefect.testbed.components import LOOPBACK, Layout
-from kubedl_prefect.testbed.nodeagent import network, podspec, podstatus, probes
+from kubedl_prefect.testbed.nodeagent import network, podspec, podstatus, probes, provisioner
 from kubedl_prefect.testbed.nodeagent.node import (
     LEASE_NAMESPACE,
     AgentPaths,
@@ -199,6 +199,10 @@ class NodeAgent:
                     on_event=self._pod_event,
                 ),
                 name="pods",
+            ),
+            asyncio.create_task(
+                provisioner.run_provisioner(self.kube, self.paths.root / "volumes"),
+                name="provisioner",
             ),
         ]
         try:
@@ -389,6 +393,8 @@ class PodWorker:
         self._report_lock = asyncio.Lock()
         self._gone = False
         self._ready = False
+        #: Host folder and read-only flag of each persistentVolumeClaim volume, by name.
+        self.claims: dict[str, tuple[Path, bool]] = {}
 
     # -- driven by the agent -----------------------------------------------------------------
 
@@ -531,6 +537,12 @@ class PodWorker:
         )
         token = await self._token() if needs_token else None
         for volume in volumes:
+            if "persistentVolumeClaim" in volume:
+                claim = await provisioner.claim_mount(self.agent.kube, self.namespace, volume)
+                if isinstance(claim, str):
+                    return claim
+                self.claims[str(volume["name"])] = claim
+                continue
             contents = podspec.volume_files(
                 volume,
                 self.pod,
@@ -671,8 +683,11 @@ class PodWorker:
         volumes = {str(v.get("name")): v for v in (self.pod.get("spec") or {}).get("volumes") or []}
         mounts = []
         for mount in plan.mounts:
-            writable = "emptyDir" in volumes.get(mount.volume, {})
-            source = self.dir / "volumes" / mount.volume
+            claim = self.claims.get(mount.volume)
+            writable = "emptyDir" in volumes.get(mount.volume, {}) or (
+                claim is not None and not claim[1]
+            )
+            source = claim[0] if claim else self.dir / "volumes" / mount.volume
             if mount.sub_path:
                 source = source / mount.sub_path
                 if writable and not source.exists():
