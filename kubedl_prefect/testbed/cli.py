@@ -1,4 +1,4 @@
-"""``kubedl-prefect testbed up|down|status|build|restart``: the local test bed as a sandbox.
+"""``kubedl-prefect testbed up|down|status|services|build|restart``: the test bed as a sandbox.
 
 ``up`` prints progress on stderr and, as the last line on stdout, ``KUBECONFIG=<path>``, so
 ``eval "$(kubedl-prefect testbed up)"`` points a shell at the sandbox. A test bed started with
@@ -198,6 +198,23 @@ def status(name: NameOption = "default", port_base: PortBaseOption = None) -> No
     typer.echo(_format_status(state))
     if not state.up:
         raise typer.Exit(1)
+
+
+@app.command()
+def services(name: NameOption = "default", port_base: PortBaseOption = None) -> None:
+    """List the Services of process-node pods and where this machine reaches them."""
+    from kubedl_prefect.testbed.nodeagent.forwarder import read_forwards
+
+    forwards = read_forwards(_testbed(name, port_base).layout)
+    if not forwards:
+        typer.echo(f"test bed {name}: no Service selects a pod of a process node", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{'SERVICE':<40}{'ADDRESS':<18}  PODS")
+    for forward in forwards:
+        key = forward.port
+        where = f"{key.namespace}/{key.service}:{key.port}"
+        pods = ", ".join(forward.targets) or "(none ready)"
+        typer.echo(f"{where:<40}{forward.address:<18}  {pods}")
 
 
 def _format_status(state: TestbedStatus) -> str:

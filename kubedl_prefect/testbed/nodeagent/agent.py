@@ -54,7 +54,14 @@ from kubedl_prefect.kube.resources import (
 )
 from kubedl_prefect.testbed import cluster, podlogs
 from kubedl_prefect.testbed.components import LOOPBACK, Layout
-from kubedl_prefect.testbed.nodeagent import network, podspec, podstatus, probes, provisioner
+from kubedl_prefect.testbed.nodeagent import (
+    forwarder,
+    network,
+    podspec,
+    podstatus,
+    probes,
+    provisioner,
+)
 from kubedl_prefect.testbed.nodeagent.node import (
     LEASE_NAMESPACE,
     AgentPaths,
@@ -169,6 +176,8 @@ class NodeAgent:
         self.services: dict[tuple[str, str], KubeObject] = {}
         self.slots: set[int] = set()
         self.capacity = machine_capacity()
+        self.forwarder = forwarder.Forwarder(self.paths.node_dir / forwarder.FORWARDS_FILE)
+        self._forwarding: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Register the node and serve its pods until cancelled; then stop every pod."""
@@ -216,6 +225,7 @@ class NodeAgent:
         """Kill every pod's containers (short grace) and remove the network."""
         workers = list(self.workers.values())
         await asyncio.gather(*(w.shutdown(grace_s=2.0) for w in workers), return_exceptions=True)
+        await self.forwarder.close()
         kill_launchers(self.paths)
         network.teardown(self.net)
         shutil.rmtree(self.paths.node_dir, ignore_errors=True)
@@ -275,6 +285,15 @@ class NodeAgent:
         endpoints = network.service_endpoints(list(self.services.values()), entries)
         for worker in self.workers.values():
             worker.write_hosts(endpoints)
+        pods = [
+            forwarder.ProcessPod(w.entry(), forwarder.container_ports(w.pod))
+            for w in self.workers.values()
+            if w.pod_ip is not None
+        ]
+        routes = forwarder.service_routes(list(self.services.values()), pods)
+        task = asyncio.get_running_loop().create_task(self.forwarder.update(routes))
+        self._forwarding.add(task)
+        task.add_done_callback(self._forwarding.discard)
 
     # -- pods ------------------------------------------------------------------------------
 
