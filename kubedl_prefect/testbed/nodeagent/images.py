@@ -9,6 +9,14 @@ runs in:
   kubedl-prefect and its example training program), its ``bin`` first on ``PATH``;
 - ``system``: this machine's own ``/usr/bin`` and ``/bin`` (``sh``, ``echo``, ``sleep``...).
 
+KServe's images map too: ``seldonio/mlserver`` (the ``kserve-mlserver`` runtime) to ``mlserver``,
+the model server's own environment (:func:`kubedl_prefect.serving.local.server_environment`, the
+one local serving uses), whose default command is the image's ``mlserver start
+$MLSERVER_MODELS_DIR``; ``kserve/storage-initializer`` to ``storage-initializer``, whose entry point
+is :mod:`.storage_initializer` in the project's environment (KServe's contract: ``SRC DEST``
+pairs). A container without ``command`` runs its image's entry point (and, without ``args``, its
+default arguments), as a container runtime does.
+
 An image no rule matches cannot be "pulled": the container waits with ``ErrImagePull``, then
 ``ImagePullBackOff``, as a real kubelet does for an image that does not exist.
 """
@@ -19,6 +27,10 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: Where KServe's model server images read the model (``$MLSERVER_MODELS_DIR``).
+MODELS_DIR = "/mnt/models"
+#: The module the storage initializer image runs.
+STORAGE_INITIALIZER_MODULE = "kubedl_prefect.testbed.nodeagent.storage_initializer"
 #: ``PATH`` of the machine's own tools, after an environment's own folders.
 SYSTEM_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -44,6 +56,8 @@ IMAGE_MAP: tuple[ImageRule, ...] = (
     ImageRule("kubeflow/pytorch-dist-*", "venv"),
     ImageRule("python", "venv"),
     ImageRule("busybox", "system"),
+    ImageRule("seldonio/mlserver", "mlserver"),
+    ImageRule("kserve/storage-initializer", "storage-initializer"),
 )
 
 
@@ -55,11 +69,16 @@ class ImageEnvironment:
         name: The environment's name (``venv``, ``system``).
         path: The container's ``PATH`` folders, in order.
         env: Variables the image sets (the container's own ``env`` wins).
+        entrypoint: The image's entry point (run when a container names no ``command``).
+        cmd: The image's default arguments (when a container names neither ``command`` nor
+            ``args``).
     """
 
     name: str
     path: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
+    entrypoint: tuple[str, ...] = ()
+    cmd: tuple[str, ...] = ()
 
     def environment(self) -> dict[str, str]:
         """The image's variables with ``PATH``."""
@@ -92,7 +111,22 @@ def repository(image: str) -> str:
 
 def environments(venv: Path) -> dict[str, ImageEnvironment]:
     """The environments images map to, with the project's virtual environment at ``venv``."""
+    from kubedl_prefect.serving.local import server_environment
+
+    mlserver = server_environment()
     return {
+        "mlserver": ImageEnvironment(
+            "mlserver",
+            (str(mlserver / "bin"), *SYSTEM_PATH),
+            {"VIRTUAL_ENV": str(mlserver), "MLSERVER_MODELS_DIR": MODELS_DIR},
+            cmd=("/bin/sh", "-c", 'exec mlserver start "$MLSERVER_MODELS_DIR"'),
+        ),
+        "storage-initializer": ImageEnvironment(
+            "storage-initializer",
+            (str(venv / "bin"), *SYSTEM_PATH),
+            {"VIRTUAL_ENV": str(venv)},
+            entrypoint=(str(venv / "bin" / "python"), "-m", STORAGE_INITIALIZER_MODULE),
+        ),
         "venv": ImageEnvironment(
             "venv", (str(venv / "bin"), *SYSTEM_PATH), {"VIRTUAL_ENV": str(venv)}
         ),

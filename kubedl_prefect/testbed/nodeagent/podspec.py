@@ -268,10 +268,13 @@ def plan_container(
         return ContainerProblem(name, "CreateContainerConfigError", str(exc))
     command = [expand(str(part), own) for part in container.get("command") or []]
     args = [expand(str(part), own) for part in container.get("args") or []]
+    if not command:  # the image's entry point, and its default arguments unless given
+        command = list(environment.entrypoint)
+        args = args or list(environment.cmd)
     argv = (*command, *args)
     if not argv:
         return ContainerProblem(
-            name, "CreateContainerError", "no command specified (mapped images have none)"
+            name, "CreateContainerError", "no command specified (its image has no default command)"
         )
     env = {
         **environment.environment(),
