@@ -33,13 +33,8 @@ from prefect.client.schemas.filters import (
     ArtifactFilterFlowRunId,
     FlowRunFilter,
     FlowRunFilterId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
-from prefect.client.schemas.objects import FlowRun
-from prefect.client.schemas.responses import SetStateStatus
 from prefect.events.filters import EventFilter, EventNameFilter, EventRelatedFilter
-from prefect.states import Cancelling, Scheduled
 from prefect.transactions import transaction
 from pydantic import SecretStr
 
@@ -57,6 +52,14 @@ from kubedl_prefect.prefect import (
 )
 from kubedl_prefect.spec import TrainingJobSpec, job_name, job_resource, loads_spec
 from kubedl_prefect.testbed.podlogs import PodLog
+from tests.support.prefect_reads import (
+    cancel_flow_run,
+    logs_of,
+    read_flow_run,
+    run_deployment,
+    wait_for_final_state,
+    wait_for_logs,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -149,11 +152,6 @@ def job_kind_of(dialect: str) -> ResourceKind:
     return ResourceKind.of({"apiVersion": resource.api_version, "kind": resource.kind})
 
 
-async def read_flow_run(flow_run_id: UUID) -> FlowRun:
-    async with get_client() as client:
-        return await client.read_flow_run(flow_run_id)
-
-
 async def events_of(flow_run_id: UUID, *, want: set[str], timeout_s: float = 30) -> list[Any]:
     """The kubedl.training-job.* events related to the flow run (waits for ``want``)."""
     deadline = time.monotonic() + timeout_s
@@ -170,29 +168,6 @@ async def events_of(flow_run_id: UUID, *, want: set[str], timeout_s: float = 30)
         if want <= names or time.monotonic() > deadline:
             return list(page.events)
         await asyncio.sleep(1.0)
-
-
-async def logs_of(flow_run_id: UUID) -> list[str]:
-    messages: list[str] = []
-    async with get_client() as client:
-        while True:
-            page = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-                limit=200,
-                offset=len(messages),
-            )
-            messages += [log.message for log in page]
-            if len(page) < 200:
-                return messages
-
-
-async def wait_for_logs(flow_run_id: UUID, needles: list[str], timeout_s: float = 20) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        messages = await logs_of(flow_run_id)
-        if all(any(n in m for m in messages) for n in needles) or time.monotonic() > deadline:
-            return messages
-        await asyncio.sleep(0.5)
 
 
 # -- a flow run per dialect -----------------------------------------------------------------
@@ -547,47 +522,6 @@ def test_two_runs_of_one_schedule_slot_train_once(
         runner.wait(timeout=30)
         runner_log.close()
         print((tmp_path / "runner.log").read_text()[-5000:])
-
-
-def wait_for_final_state(flow_run_id: UUID, *, timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = asyncio.run(read_flow_run(flow_run_id)).state
-        if state is not None and state.is_final():
-            return state
-        if time.monotonic() > deadline:
-            pytest.fail(f"flow run {flow_run_id} still {state} after {timeout_s:g}s")
-        time.sleep(1.0)
-
-
-def run_deployment(
-    name: str, parameters: dict[str, Any], *, scheduled_time: dt.datetime | None = None
-) -> UUID:
-    async def create() -> UUID:
-        deadline = time.monotonic() + 90
-        async with get_client() as client:
-            while True:
-                try:
-                    deployment = await client.read_deployment_by_name(name)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.5)
-            state = Scheduled(scheduled_time=scheduled_time) if scheduled_time else None
-            run = await client.create_flow_run_from_deployment(
-                deployment.id, parameters=parameters, state=state
-            )
-            return run.id
-
-    return asyncio.run(create())
-
-
-async def cancel_flow_run(flow_run_id: UUID) -> None:
-    """Cancel as the UI and `prefect flow-run cancel` do: not forced, refused once final."""
-    async with get_client() as client:
-        answer = await client.set_flow_run_state(flow_run_id, Cancelling())
-    assert answer.status == SetStateStatus.ACCEPT, answer.details
 
 
 async def test_a_failed_later_step_rolls_back_the_job_in_a_transaction(

@@ -32,11 +32,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
-from prefect.client.schemas.responses import SetStateStatus
-from prefect.states import Cancelling
 
 from kubedl_prefect.errors import AdmissionTimeoutError
 from kubedl_prefect.kube.client import KubeClient
@@ -59,6 +55,12 @@ from kubedl_prefect.spec import (
 )
 from kubedl_prefect.testbed.podlogs import PodLog
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.support.prefect_reads import (
+    cancel_flow_run,
+    run_deployment,
+    wait_for_final_state,
+    wait_for_logs,
+)
 
 pytestmark = [
     pytest.mark.integration,
@@ -189,29 +191,6 @@ class NodeLogs:
     def __exit__(self, *_: object) -> None:
         self.stop.set()
         self.thread.join(timeout=30)
-
-
-async def logs_of(flow_run_id: UUID) -> list[str]:
-    messages: list[str] = []
-    async with get_client() as client:
-        while True:
-            page = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-                limit=200,
-                offset=len(messages),
-            )
-            messages += [log.message for log in page]
-            if len(page) < 200:
-                return messages
-
-
-async def wait_for_logs(flow_run_id: UUID, needles: list[str], timeout_s: float = 20) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        messages = await logs_of(flow_run_id)
-        if all(any(n in m for m in messages) for n in needles) or time.monotonic() > deadline:
-            return messages
-        await asyncio.sleep(0.5)
 
 
 async def replica_table(flow_run_id: UUID) -> list[dict[str, Any]]:
@@ -373,31 +352,6 @@ async def test_an_oversize_gang_is_held_with_volcanos_reason_then_times_out_and_
 # -- 3. cancellation leaves nothing; a failed gang's clean-up leaves no PodGroup ---------------
 
 
-async def cancel_flow_run(flow_run_id: UUID) -> None:
-    """Cancel as the UI and `prefect flow-run cancel` do: not forced, refused once final."""
-    async with get_client() as client:
-        answer = await client.set_flow_run_state(flow_run_id, Cancelling())
-    assert answer.status == SetStateStatus.ACCEPT, answer.details
-
-
-def run_deployment(name: str, parameters: dict[str, Any]) -> UUID:
-    async def create() -> UUID:
-        deadline = time.monotonic() + 90
-        async with get_client() as client:
-            while True:
-                try:
-                    deployment = await client.read_deployment_by_name(name)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.5)
-            run = await client.create_flow_run_from_deployment(deployment.id, parameters=parameters)
-            return run.id
-
-    return asyncio.run(create())
-
-
 def test_cancelling_a_train_job_flow_run_leaves_no_train_job_jobset_job_pod_or_podgroup(
     prefect_server: dict[str, str],
     cluster_block: str,
@@ -447,23 +401,13 @@ def test_cancelling_a_train_job_flow_run_leaves_no_train_job_jobset_job_pod_or_p
 
         asyncio.run(cancel_flow_run(flow_run))
         wait_until_gone(namespace, name, admin_kubeconfig, timeout_s=60)
-        deadline = time.monotonic() + 30
-        while True:
-            state = asyncio.run(read_state(flow_run))
-            if state.is_cancelled() or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        state = wait_for_final_state(flow_run, timeout_s=30)
         assert state.is_cancelled(), state
     finally:
         os.killpg(runner.pid, signal.SIGTERM)
         runner.wait(timeout=30)
         runner_log.close()
         print((tmp_path / "runner.log").read_text()[-5000:])
-
-
-async def read_state(flow_run_id: UUID) -> Any:
-    async with get_client() as client:
-        return (await client.read_flow_run(flow_run_id)).state
 
 
 async def test_a_failed_gang_train_jobs_clean_up_leaves_no_podgroup(
