@@ -7,11 +7,17 @@ rendezvous while the job runs. On a cluster that is the pod's network, and ``MAS
 master's service, whose address rank 0 cannot bind; locally (kubedl-prefect's local backend
 gives ``MASTER_ADDR=127.0.0.1``) it is this machine's every network. The only way torch offers
 to bind the server elsewhere is to hand it a listening socket (``master_listen_fd``), which
-:func:`init_process_group` does when ``MASTER_ADDR`` is a loopback address::
+:func:`init_process_group` does when ``MASTER_ADDR`` is a loopback address literal
+(``127.0.0.1``, ``::1``: what kubedl-prefect's local backend gives every replica)::
 
     from kubedl_prefect_examples.rendezvous import init_process_group
 
     init_process_group("gloo")  # instead of dist.init_process_group("gloo", init_method="env://")
+
+The name ``localhost`` is not such an address here: KubeDL gives the master of a PyTorchJob
+``MASTER_ADDR=localhost`` while the workers reach it by its Service name (``<job>-master-0``), so
+the master's store must listen on the pod's own interfaces, as ``env://`` makes it (found when
+the example first ran on real pods of the test bed's process node).
 
 Gloo's own connections between ranks listen on the address the host name resolves to unless
 ``GLOO_SOCKET_IFNAME`` names an interface; the local backend sets it (and ``NCCL_SOCKET_IFNAME``)
@@ -38,6 +44,19 @@ def is_loopback(address: str) -> bool:
         return ipaddress.ip_address(address).is_loopback
     except ValueError:
         return False
+
+
+def store_on_loopback(address: str) -> bool:
+    """Whether rank 0's store listens on ``address`` only: a loopback address literal.
+
+    ``localhost`` is KubeDL's ``MASTER_ADDR`` for the master itself, whose workers connect to
+    its Service: its store must listen on the pod's interfaces.
+
+    Example:
+        >>> [store_on_loopback(a) for a in ("127.0.0.1", "::1", "localhost", "job-master-0")]
+        [True, True, False, False]
+    """
+    return is_loopback(address) and address.lower().rstrip(".") != "localhost"
 
 
 def loopback_store(
@@ -76,11 +95,12 @@ def init_process_group(backend: str = "gloo", *, timeout: timedelta | None = Non
     """``dist.init_process_group`` from the operators' variables, the store on loopback if local.
 
     Reads ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK`` and ``WORLD_SIZE``. With a loopback
-    ``MASTER_ADDR`` the store listens there only (:func:`loopback_store`); otherwise (a cluster)
-    this is ``init_method="env://"``.
+    address literal in ``MASTER_ADDR`` (the local backend's) the store listens there only
+    (:func:`loopback_store`); otherwise (a cluster, including KubeDL's ``localhost`` on the
+    master) this is ``init_method="env://"``.
     """
     address = os.environ["MASTER_ADDR"]
-    if not is_loopback(address):
+    if not store_on_loopback(address):
         dist.init_process_group(backend, init_method="env://", timeout=timeout)
         return
     rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])

@@ -7,7 +7,11 @@ runs in:
 
 - ``venv``: the project's virtual environment (the Python the node agent runs with: torch,
   kubedl-prefect and its example training program), its ``bin`` first on ``PATH``;
-- ``system``: this machine's own ``/usr/bin`` and ``/bin`` (``sh``, ``echo``, ``sleep``...).
+- ``system``: this machine's own ``/usr/bin`` and ``/bin`` (``sh``, ``echo``, ``sleep``...);
+- ``shell``: the same, with an ``nslookup`` first on ``PATH`` that answers from the pod's
+  ``/etc/hosts`` (:data:`SHIMS`; the test bed has no DNS server, its names are in that file):
+  ``alpine``, the image of the Kubeflow training operator's PyTorchJob init container, which
+  waits with ``nslookup <master service>``.
 
 KServe's images map too: ``seldonio/mlserver`` (the ``kserve-mlserver`` runtime) to ``mlserver``,
 the model server's own environment (:func:`kubedl_prefect.serving.local.server_environment`, the
@@ -27,6 +31,8 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: Commands the ``shell`` environment puts before the machine's (``nslookup``).
+SHIMS = Path(__file__).parent / "shims"
 #: Where KServe's model server images read the model (``$MLSERVER_MODELS_DIR``).
 MODELS_DIR = "/mnt/models"
 #: The module the storage initializer image runs.
@@ -58,6 +64,7 @@ IMAGE_MAP: tuple[ImageRule, ...] = (
     ImageRule("busybox", "system"),
     ImageRule("seldonio/mlserver", "mlserver"),
     ImageRule("kserve/storage-initializer", "storage-initializer"),
+    ImageRule("alpine", "shell"),
 )
 
 
@@ -131,6 +138,7 @@ def environments(venv: Path) -> dict[str, ImageEnvironment]:
             "venv", (str(venv / "bin"), *SYSTEM_PATH), {"VIRTUAL_ENV": str(venv)}
         ),
         "system": ImageEnvironment("system", SYSTEM_PATH),
+        "shell": ImageEnvironment("shell", (str(SHIMS), *SYSTEM_PATH)),
     }
 
 
