@@ -65,6 +65,8 @@ class QueueHold:
         reason: Its word for why (``Preempted``, ``PodsReadyTimeout``, ``WaitingForQuota``).
         message: Its message.
         requeues: How often it has evicted the job so far.
+        preemption: Why it preempted the job, when ``reason`` is ``Preempted`` (Kueue's
+            ``InClusterQueue``, ``InCohortReclamation``...; empty when it did not say).
     """
 
     admitted: bool
@@ -72,6 +74,7 @@ class QueueHold:
     reason: str = ""
     message: str = ""
     requeues: int = 0
+    preemption: str = ""
 
 
 def queued_status(status: JobStatus, hold: QueueHold | None) -> JobStatus:
@@ -83,7 +86,9 @@ def queued_status(status: JobStatus, hold: QueueHold | None) -> JobStatus:
     neither failed nor a new attempt. A job its queue has not admitted yet is ``Queuing``
     rather than ``Suspended`` or ``Created``; one it has admitted but the operator has not
     resumed yet is ``Created``. A terminal status is left as it is, and so is any status without
-    a hold (``hold`` is ``None``: no queue manages the job, or a user suspended it).
+    a hold (``hold`` is ``None``: no queue manages the job, or a user suspended it). Any other
+    status carries the hold (:attr:`JobStatus.queue`): what reports the run reads the eviction's
+    reason and the requeue count there.
 
     Example:
         >>> running = JobStatus(Phase.SUSPENDED, reason="PyTorchJobSuspended")
@@ -95,6 +100,7 @@ def queued_status(status: JobStatus, hold: QueueHold | None) -> JobStatus:
     """
     if hold is None or status.phase.terminal:
         return status
+    status = replace(status, queue=hold)
     if hold.requeued:
         told = f": {hold.message}" if hold.message else ""
         return replace(
@@ -241,6 +247,8 @@ class JobStatus:
         resource_version: The object's resourceVersion.
         transition_time: ``lastTransitionTime`` of the condition that gives the phase.
         trainer: A TrainJob's ``status.trainerStatus`` (:func:`trainer_progress`), if any.
+        queue: What the queue that holds the job (Kueue) says of it (:func:`queued_status`), if
+            one does.
     """
 
     phase: Phase
@@ -252,6 +260,7 @@ class JobStatus:
     resource_version: str = ""
     transition_time: str | None = None
     trainer: TrainerProgress | None = None
+    queue: QueueHold | None = None
 
 
 def job_status(job: KubeObject) -> JobStatus:

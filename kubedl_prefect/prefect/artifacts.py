@@ -7,7 +7,8 @@ never the run's key: every scheduled run of a deployment writes the same keys, s
 up on Prefect's Artifacts page. Each is linked to the flow run and task run:
 
 - ``...-replicas``, a table (role, index, pod, node, phase, restarts), created at the first
-  phase change and updated in place at every later one;
+  phase change and updated in place at every later one; while the job is queued, its
+  description says why (:func:`replicas_description`);
 - ``...-progress``, a progress bar driven by the training program itself: a log line that is a
   JSON object with a numeric ``step`` and ``total`` (see :func:`parse_progress`) moves it, and
   its description says the step, the epoch and the latest metrics (``loss``, ``accuracy``...:
@@ -16,8 +17,9 @@ up on Prefect's Artifacts page. Each is linked to the flow run and task run:
 - ``...-metrics``, a table beside the bar, updated with it: one row with the step, the total,
   the epoch and every metric of the latest progress line;
 - ``...-summary``, markdown written at the end: the outcome, the admission wait and its reason,
-  time queued and running, every attempt and why it ended, the checkpoint location, and the
-  ``kubectl`` commands to see the job and its logs.
+  time queued (requeues included) and running, how often its queue requeued it, every attempt
+  and why it ended, the checkpoint location, and the ``kubectl`` commands to see the job and its
+  logs.
 
 The builders are pure; :class:`ArtifactWriter` sends through Prefect's client (one request per
 create or update) and counts its requests.
@@ -174,6 +176,23 @@ def progress_row(progress: Progress) -> dict[str, Any]:
         row["epoch"] = plain(progress.epoch)
     row.update((name, plain(value)) for name, value in progress.metrics)
     return row
+
+
+def replicas_description(job: str, waiting: str = "") -> str:
+    """The replica table's description: the job, and why it is queued while it is.
+
+    Example:
+        >>> replicas_description("mnist-a1")
+        'Replicas of `mnist-a1`'
+        >>> replicas_description("mnist-a1", "ClusterQueue gpu has no room yet: 2 more "
+        ...                      "nvidia.com/gpu needed in flavor kwok-gpu")
+        'Replicas of `mnist-a1` — queued: ClusterQueue gpu has no room yet: 2 more \
+nvidia.com/gpu needed in flavor kwok-gpu'
+    """
+    text = f"Replicas of `{job}`"
+    if waiting:
+        text += f" — queued: {waiting.splitlines()[0][:500]}"
+    return text
 
 
 def progress_description(progress: Progress, job: str) -> str:
@@ -333,8 +352,9 @@ def summary_markdown(result: TrainingResult) -> str:
         "",
         "| | |",
         "| --- | --- |",
-        f"| admission wait | {_duration(result.queued_s)} |",
+        f"| admission wait | {_duration(result.queued_s)}{_after_requeues(result)} |",
         f"| waited for | {_cell(waited_for(result))} |",
+        f"| requeues | {result.requeues} |",
         f"| running | {_duration(result.running_s)} |",
         f"| total | {_duration(result.total_s)} |",
         f"| attempts | {len(result.attempts) or 1} |",
@@ -366,6 +386,14 @@ def summary_markdown(result: TrainingResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _after_requeues(result: TrainingResult) -> str:
+    """`` (20s of it after 1 requeue)``: the part of the admission wait that followed evictions."""
+    if not result.requeues or result.requeued_s is None:
+        return ""
+    plural = "s" if result.requeues > 1 else ""
+    return f" ({_duration(result.requeued_s)} of it after {result.requeues} requeue{plural})"
+
+
 class ArtifactWriter:
     """Creates and updates the artifacts of one training job through Prefect's client.
 
@@ -388,6 +416,7 @@ class ArtifactWriter:
         self._lock = threading.Lock()
         self._last_percent: int | None = None
         self._last_rows: list[dict[str, Any]] | None = None
+        self._last_description = ""
         self._unsent: tuple[list[dict[str, Any]], str] | None = None
         self._open: Any = None
         self.latest: Progress | None = None
@@ -434,14 +463,20 @@ class ArtifactWriter:
             )
             self._ids[what] = created.id
 
-    def replicas(self, states: Sequence[ReplicaState], job: str) -> None:
-        """Create or update the replica table (nothing is sent when it did not change)."""
+    def replicas(self, states: Sequence[ReplicaState], job: str, *, waiting: str = "") -> None:
+        """Create or update the replica table (nothing is sent when it did not change).
+
+        ``waiting`` is why the job is queued, while it is: the table's description says it
+        (:func:`replicas_description`), so the flow run's page shows why nothing runs yet.
+        """
         rows = replica_rows(states)
-        if rows == self._last_rows:
+        description = replicas_description(job, waiting)
+        if (rows, description) == (self._last_rows, self._last_description):
             return
-        self._unsent = (rows, job)
-        self._put("replicas", "table", json.dumps(rows), f"Replicas of `{job}`")
-        self._last_rows, self._unsent = rows, None  # remembered once Prefect has them
+        self._unsent = (rows, description)
+        self._put("replicas", "table", json.dumps(rows), description)
+        # Remembered once Prefect has them.
+        self._last_rows, self._last_description, self._unsent = rows, description, None
 
     def resend(self) -> None:
         """Send the replica table again if its last update never reached Prefect.
@@ -451,9 +486,9 @@ class ArtifactWriter:
         run sends it once more.
         """
         if self._unsent is not None:
-            rows, job = self._unsent
-            self._put("replicas", "table", json.dumps(rows), f"Replicas of `{job}`")
-            self._last_rows, self._unsent = rows, None
+            rows, description = self._unsent
+            self._put("replicas", "table", json.dumps(rows), description)
+            self._last_rows, self._last_description, self._unsent = rows, description, None
 
     def progress(self, progress: Progress, job: str) -> None:
         """Move the progress bar and its metrics table (only when the whole percentage changes).

@@ -2,18 +2,19 @@
 
 Names: ``kubedl.training-job.<what>`` with ``<what>`` one of :class:`JobEvent` (``created``,
 ``queued``, ``admitted``, ``running``, ``restarting``, ``succeeded``, ``failed``,
-``cancelled``). Each attempt of a job is one resource, ``kubedl.training-job.<uid>``, labelled
-with its namespace, name, uid, attempt, kind, dialect and cluster, and with what an automation
-matches on (:data:`LABEL_REASON`, :data:`LABEL_BLOCKER`, :data:`LABEL_DIAGNOSIS`,
-:data:`LABEL_RETRYABLE`, :data:`LABEL_REPLICA`, :data:`LABEL_EXIT_CODE`): Prefect's triggers
-match resource labels, never the payload, as Prefect's own Kubernetes integration labels its pod
-events ``kubernetes.reason`` and ``kubernetes.diagnosis``. Label values are the stable
-categories (:class:`~kubedl_prefect.lifecycle.admission.AdmissionBlocker`,
+``cancelled``, and for a job its queue (Kueue) evicted after admitting it, ``preempted`` and
+``requeued``: :func:`eviction_events`). Each attempt of a job is one resource,
+``kubedl.training-job.<uid>``, labelled with its namespace, name, uid, attempt, kind, dialect and
+cluster, and with what an automation matches on (:data:`LABEL_REASON`, :data:`LABEL_BLOCKER`,
+:data:`LABEL_DIAGNOSIS`, :data:`LABEL_RETRYABLE`, :data:`LABEL_REPLICA`, :data:`LABEL_EXIT_CODE`):
+Prefect's triggers match resource labels, never the payload, as Prefect's own Kubernetes
+integration labels its pod events ``kubernetes.reason`` and ``kubernetes.diagnosis``. Label
+values are the stable categories (:class:`~kubedl_prefect.lifecycle.admission.AdmissionBlocker`,
 :class:`~kubedl_prefect.errors.FailureCategory`, :class:`CancelReason`). The flow run, the task
 run, the flow, the deployment, its work pool and work queue are related resources
 (:meth:`~kubedl_prefect.prefect.context.RunContext.related`). The payload carries the phase, the
-replica counts per role and, for ``queued``, ``failed`` and ``cancelled``, the one-line reason
-(and the diagnosis of a failure).
+replica counts per role and, for ``queued``, ``requeued``, ``preempted``, ``failed`` and
+``cancelled``, the one-line reason (and the diagnosis of a failure).
 
 Event ids are derived from the job's uid, the event and the object's resourceVersion, so an event
 emitted again (a flow re-attached after a crash sees the same changes) is the same event.
@@ -54,8 +55,10 @@ EVENT_PREFIX: Final = "kubedl.training-job"
 """The prefix of every event name, and of every job resource id."""
 
 LABEL_REASON: Final = "kubedl.reason"
-"""Why a ``queued``, ``failed`` or ``cancelled`` event happened, as a category: the blocker, the
-failure's category, or the :class:`CancelReason`."""
+"""Why a ``queued``, ``requeued``, ``preempted``, ``failed`` or ``cancelled`` event happened, as a
+category: the blocker (``InsufficientQuota``), the eviction (``Preempted``, ``PodsReadyTimeout``),
+the preemption (``InClusterQueue``, ``InCohortReclamation``), the failure's category, or the
+:class:`CancelReason`."""
 LABEL_BLOCKER: Final = "kubedl.blocker"
 """What holds the attempt back (``queued``), or what it last waited for (its later events)."""
 LABEL_DIAGNOSIS: Final = "kubedl.diagnosis"
@@ -81,6 +84,10 @@ class JobEvent(StrEnum):
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    REQUEUED = "requeued"
+    """Its queue evicted the admitted job and queues the same job again."""
+    PREEMPTED = "preempted"
+    """Its queue evicted it to make room for another workload (told before ``requeued``)."""
 
     @property
     def event_name(self) -> str:
@@ -258,7 +265,7 @@ def job_event(
         payload["diagnosis"] = diagnosis.to_dict()
         reason = reason or diagnosis.summary()
         labels.update(diagnosis_labels(diagnosis))
-    if reason and what in (JobEvent.QUEUED, JobEvent.FAILED, JobEvent.CANCELLED):
+    if reason and what in _REASONED:
         payload["reason"] = reason.splitlines()[0][:500]
     if not category:
         if what == JobEvent.QUEUED:
@@ -302,6 +309,65 @@ def phase_event(
     )
 
 
+def eviction_events(
+    ref: JobRef,
+    update: PhaseUpdate,
+    related: list[dict[str, str]] | None = None,
+    *,
+    blocker: str = "",
+) -> list[EventSpec]:
+    """The ``preempted`` and ``requeued`` events of an update showing the job's queue evicted it.
+
+    None unless the update's status says its queue requeued it (:attr:`JobStatus.queue
+    <kubedl_prefect.lifecycle.status.JobStatus.queue>`); the caller tells them once per
+    eviction. ``requeued``'s :data:`LABEL_REASON` is the eviction (``Preempted``,
+    ``PodsReadyTimeout``, ``NodeFailures``), ``preempted``'s the preemption Kueue named
+    (``InClusterQueue``, ``InCohortReclamation``...) or ``Preempted``; both carry the blocker
+    the job now waits for and, in the payload, the eviction, its message and the requeue count.
+
+    Example:
+        >>> from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
+        >>> from kubedl_prefect.lifecycle.status import JobStatus, Phase, QueueHold
+        >>> ref = JobRef(backend="kubernetes", cluster="https://10.0.0.1:6443",
+        ...              dialect="kubeflow", namespace="ml", name="mnist-x-a1", uid="0f1e",
+        ...              api_version="kubeflow.org/v1", kind="PyTorchJob", key="nightly",
+        ...              attempt=1, spec_hash="ab12")
+        >>> hold = QueueHold(False, True, "Preempted", "Preempted to accommodate a workload",
+        ...                  requeues=1, preemption="InClusterQueue")
+        >>> status = JobStatus(Phase.QUEUING, reason="Requeued", message="requeued: Preempted",
+        ...                    resource_version="9", queue=hold)
+        >>> events = eviction_events(ref, PhaseUpdate(Phase.QUEUING, status, None, 0.0),
+        ...                          blocker="Requeued")
+        >>> [(e.event, e.resource["kubedl.reason"]) for e in events]
+        [('kubedl.training-job.preempted', 'InClusterQueue'), \
+('kubedl.training-job.requeued', 'Preempted')]
+        >>> events[1].payload["requeues"], events[1].resource["kubedl.blocker"]
+        (1, 'Requeued')
+    """
+    hold = update.status.queue
+    if hold is None or not hold.requeued:
+        return []
+    told = [(JobEvent.REQUEUED, hold.reason or "Evicted")]
+    if hold.reason == "Preempted":
+        told.insert(0, (JobEvent.PREEMPTED, hold.preemption or "Preempted"))
+    events = []
+    for what, category in told:
+        event = job_event(
+            ref,
+            what,
+            update=update,
+            reason=update.status.message or f"requeued: {hold.reason}",
+            related=related,
+            category=category,
+            blocker=blocker,
+        )
+        event.payload.update(
+            evicted=hold.reason, eviction_message=hold.message[:500], requeues=hold.requeues
+        )
+        events.append(event)
+    return events
+
+
 def emit(spec: EventSpec) -> bool:
     """Send one event to Prefect (queued; never blocks). Whether events are on at all."""
     sent = emit_event(
@@ -317,6 +383,12 @@ def emit(spec: EventSpec) -> bool:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+_REASONED: Final = frozenset(
+    {JobEvent.QUEUED, JobEvent.REQUEUED, JobEvent.PREEMPTED, JobEvent.FAILED, JobEvent.CANCELLED}
+)
+"""The events whose payload carries the one-line reason."""
 
 
 # -- the model chain: model versions and InferenceServices ----------------------------------

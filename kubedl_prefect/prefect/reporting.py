@@ -31,7 +31,14 @@ from kubedl_prefect.prefect.artifacts import (
     trainer_reported_progress,
 )
 from kubedl_prefect.prefect.context import RunContext
-from kubedl_prefect.prefect.events import CancelReason, JobEvent, emit, job_event, phase_event
+from kubedl_prefect.prefect.events import (
+    CancelReason,
+    JobEvent,
+    emit,
+    eviction_events,
+    job_event,
+    phase_event,
+)
 from kubedl_prefect.prefect.logs import DEFAULT_BURST, DEFAULT_RATE, LogForwarder
 from kubedl_prefect.prefect.results import Timeline, TrainingResult
 
@@ -113,6 +120,8 @@ class JobReporter:
         self._trainer_reported: Progress | None = None
         self._told: tuple[str, str, str] | None = None
         self._admitted: set[str] = set()
+        self._evicted: set[str] = set()
+        """uids whose eviction by their queue was told and which are not admitted again yet."""
         self._blockers: dict[str, str] = {}
         """uid -> what the attempt last waited for (a label of its later events)."""
         self._failures: dict[str, tuple[JobRef, PhaseUpdate]] = {}
@@ -251,7 +260,7 @@ class JobReporter:
         if ref is None:
             return
         self.timeline.observe(update)
-        self._safely("the replica table", self._refresh_replicas, ref)
+        self._safely("the replica table", self._refresh_replicas, ref, update)
         if update.status.trainer is not None:
             # A TrainJob's program may report to Trainer's status server instead of printing
             # progress lines: the same artifact shows it (only when it changed).
@@ -271,6 +280,17 @@ class JobReporter:
         if update.phase == Phase.QUEUING and update.admission and update.admission.blocker:
             self._blockers[ref.uid] = str(update.admission.blocker)
         blocker = self._blockers.get(ref.uid, "")
+        hold = update.status.queue
+        if update.phase == Phase.QUEUING and hold is not None and hold.requeued:
+            if ref.uid not in self._evicted:
+                # Its queue evicted the job (the same job is admitted again later): told once
+                # per eviction, and its next admission is told again.
+                self._evicted.add(ref.uid)
+                self._admitted.discard(ref.uid)
+                for eviction in eviction_events(ref, update, self.ctx.related(), blocker=blocker):
+                    self._safely(f"the {eviction.event} event", self._emit, eviction)
+        elif update.phase != Phase.QUEUING:
+            self._evicted.discard(ref.uid)
         started = (Phase.RUNNING, Phase.RESTARTING, Phase.SUCCEEDED)
         if update.phase == Phase.ADMITTED:
             self._admitted.add(ref.uid)
@@ -324,12 +344,14 @@ class JobReporter:
         if emit(event):
             self.calls.events += 1
 
-    def _refresh_replicas(self, ref: JobRef) -> None:
+    def _refresh_replicas(self, ref: JobRef, update: PhaseUpdate) -> None:
         if not isinstance(self.backend, ReplicaSource):
             return
         states = KubeRuntime.get().block_on(self.backend.replicas(ref))
         before = self.artifacts.requests
-        self.artifacts.replicas(states, ref.name)
+        queued = update.phase == Phase.QUEUING and update.admission is not None
+        waiting = update.admission.reason if queued and update.admission is not None else ""
+        self.artifacts.replicas(states, ref.name, waiting=waiting)
         self.calls.artifact_requests += self.artifacts.requests - before
 
     def _progress_done(self) -> None:

@@ -3,8 +3,8 @@
 :class:`Timeline` collects what a run observes — each attempt's submission, its phase changes —
 and :func:`training_result` turns it, the lifecycle's outcome and the logical job's record into
 a :class:`TrainingResult`: plain, JSON-able data a Prefect task returns and persists (phase,
-attempts and why each ended, time queued and running, the admission reason, the checkpoint
-location, and the commands to look at the job).
+attempts and why each ended, time queued and running, how often its queue requeued it, the
+admission reason, the checkpoint location, and the commands to look at the job).
 """
 
 from __future__ import annotations
@@ -25,7 +25,12 @@ from kubedl_prefect.spec import Dialect
 
 @dataclass
 class AttemptTimes:
-    """When one attempt was submitted, queued, admitted, started and ended (Unix seconds)."""
+    """When one attempt was submitted, queued, admitted, started and ended (Unix seconds).
+
+    A job its queue (Kueue) evicts and requeues waits again as the same attempt: each such
+    wait, from the requeue to the next admission, is added to ``requeued_s`` (and is not
+    running time).
+    """
 
     attempt: int
     submitted_at: float
@@ -35,17 +40,30 @@ class AttemptTimes:
     ended_at: float | None = None
     queue_reason: str = ""
     queue_blocker: str = ""
+    requeues: int = 0
+    requeued_at: float | None = None
+    requeued_s: float = 0.0
+    requeued_after_start_s: float = 0.0
 
     def queued_s(self) -> float | None:
-        """Seconds from submission to admission (to the start, if admission was not seen)."""
+        """Seconds from submission to admission (or the start), plus the waits after requeues."""
         until = self.admitted_at or self.running_at or self.ended_at
-        return None if until is None else max(0.0, until - self.submitted_at)
+        if until is None:
+            return None
+        return max(0.0, until - self.submitted_at) + self.requeued_for()
+
+    def requeued_for(self) -> float:
+        """Seconds waited after requeues (a wait still open counts until the end, if any)."""
+        open_wait = 0.0
+        if self.requeued_at is not None and self.ended_at is not None:
+            open_wait = max(0.0, self.ended_at - self.requeued_at)
+        return self.requeued_s + open_wait
 
     def running_s(self) -> float | None:
-        """Seconds from Running to the end."""
+        """Seconds from Running to the end, less the waits after requeues meanwhile."""
         if self.running_at is None or self.ended_at is None:
             return None
-        return max(0.0, self.ended_at - self.running_at)
+        return max(0.0, self.ended_at - self.running_at - self.requeued_after_start_s)
 
 
 @dataclass
@@ -71,6 +89,18 @@ class Timeline:
         if times is None:
             return
         at = update.observed_at
+        hold = update.status.queue
+        if update.phase == Phase.QUEUING and hold is not None and hold.requeued:
+            if times.requeued_at is None:
+                times.requeued_at = at
+                times.requeues += 1
+            times.requeues = max(times.requeues, hold.requeues)
+        elif update.phase != Phase.QUEUING and times.requeued_at is not None:
+            waited = max(0.0, at - times.requeued_at)
+            times.requeued_s += waited
+            if times.running_at is not None and times.running_at <= times.requeued_at:
+                times.requeued_after_start_s += waited
+            times.requeued_at = None
         if update.phase == Phase.QUEUING:
             times.queued_at = times.queued_at or at
             if update.admission is not None and update.admission.reason:
@@ -88,6 +118,16 @@ class Timeline:
         """Seconds spent waiting for admission, over every attempt."""
         values = [v for a in self.attempts if (v := a.queued_s()) is not None]
         return sum(values) if values else None
+
+    def requeues(self) -> int:
+        """How often a queue evicted and requeued the job, over every attempt."""
+        return sum(a.requeues for a in self.attempts)
+
+    def requeued_s(self) -> float | None:
+        """Seconds spent waiting after requeues, over every attempt (``None``: no requeue)."""
+        if not self.requeues():
+            return None
+        return sum(a.requeued_for() for a in self.attempts)
 
     def running_s(self) -> float | None:
         """Seconds spent running, over every attempt."""
@@ -141,6 +181,10 @@ class TrainingResult(BaseModel):
     replayed: bool = False
     attempts: list[AttemptSummary] = Field(default_factory=list)
     queued_s: float | None = None
+    requeues: int = Field(default=0, description="How often its queue evicted and requeued it.")
+    requeued_s: float | None = Field(
+        default=None, description="The part of queued_s waited after requeues."
+    )
     running_s: float | None = None
     total_s: float | None = None
     admission_reason: str = ""
@@ -228,6 +272,8 @@ def training_result(
         replayed=bool(outcome is not None and outcome.replayed),
         attempts=attempt_summaries(record) or _watched_attempt(ref, outcome, diagnosis),
         queued_s=timeline.queued_s(),
+        requeues=timeline.requeues(),
+        requeued_s=timeline.requeued_s(),
         running_s=timeline.running_s(),
         total_s=max(0.0, end - started_at),
         admission_reason=timeline.admission_reason(),

@@ -173,6 +173,20 @@ def _requeues(workload: KubeObject) -> int:
     return max(counted, _count((status.get("requeueState") or {}).get("count")))
 
 
+def _preemption(workload: KubeObject, eviction: str) -> str:
+    """Why Kueue preempted the Workload (``InClusterQueue``...), for a ``Preempted`` eviction.
+
+    Kueue v0.19.2 sets the ``Preempted`` condition beside ``Evicted`` and resets it to False,
+    reason ``QuotaReserved``, when it admits the Workload again: only a True one says why.
+    """
+    if eviction != "Preempted":
+        return ""
+    preempted = _condition(workload, "Preempted")
+    if preempted is None or preempted.get("status") != "True":
+        return ""
+    return str(preempted.get("reason") or "")
+
+
 def _deactivated(workload: KubeObject) -> bool:
     return (workload.get("spec") or {}).get("active") is False
 
@@ -200,16 +214,23 @@ def queue_hold(job: KubeObject, workload: KubeObject | None) -> QueueHold | None
         reason = str(evicted.get("reason") or "Evicted")
         if not reason.startswith("Deactivated"):
             return QueueHold(
-                False, True, reason, str(evicted.get("message") or ""), requeues=requeues
+                False,
+                True,
+                reason,
+                str(evicted.get("message") or ""),
+                requeues=requeues,
+                preemption=_preemption(workload, reason),
             )
     requeued = _condition(workload, "Requeued")
     if requeued is not None and str(requeued.get("reason") or "") in _EVICTIONS:
+        reason = str(requeued.get("reason"))
         return QueueHold(
             False,
             True,
-            str(requeued.get("reason")),
+            reason,
             str(requeued.get("message") or ""),
             requeues=requeues,
+            preemption=_preemption(workload, reason),
         )
     waiting = _condition(workload, "QuotaReserved") or {}
     return QueueHold(

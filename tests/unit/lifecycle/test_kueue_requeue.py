@@ -211,3 +211,26 @@ def test_a_terminal_job_stays_terminal_whatever_its_workload_says() -> None:
     failed = job(CREATED, condition("Failed", True, "PyTorchJobFailed"), suspend=True)
     status = read(failed, workload(WAITING, EVICTED))
     assert status.phase is Phase.FAILED
+
+
+def test_a_preemption_says_how_kueue_preempted_and_the_status_carries_the_hold() -> None:
+    evicted = job(CREATED, RESUMED, RUNNING, suspend=True)
+    status = read(evicted, workload(RESERVED, ADMITTED, EVICTED, PREEMPTED_TOO))
+    assert status.queue == QueueHold(
+        admitted=False,
+        requeued=True,
+        reason="Preempted",
+        message=PREEMPTED,
+        preemption="InClusterQueue",
+    )
+    # Admitted again: Kueue resets Preempted (not True), and the hold no longer names it.
+    again = read(evicted, workload(RESERVED, ADMITTED, EVICTION_CLEARED, REQUEUED, count=1))
+    assert again.queue is not None
+    assert again.queue.admitted
+    assert again.queue.preemption == ""
+
+
+def test_a_status_no_queue_holds_carries_no_hold() -> None:
+    paused = job(CREATED, SUSPENDED, suspend=True)
+    del paused["metadata"]["labels"]
+    assert read(paused, None).queue is None

@@ -46,9 +46,12 @@ def test_every_event_name_is_under_the_prefix() -> None:
             "succeeded",
             "failed",
             "cancelled",
+            "requeued",
+            "preempted",
         )
     ]
-    assert set(PHASE_EVENTS.values()) == set(JobEvent) - {JobEvent.CREATED, JobEvent.CANCELLED}
+    told_otherwise = {JobEvent.CREATED, JobEvent.CANCELLED, JobEvent.REQUEUED, JobEvent.PREEMPTED}
+    assert set(PHASE_EVENTS.values()) == set(JobEvent) - told_otherwise
 
 
 def test_the_resource_is_one_attempt_of_one_job_and_holds_no_secret() -> None:

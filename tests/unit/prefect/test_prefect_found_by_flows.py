@@ -270,7 +270,9 @@ async def test_a_local_run_keeps_a_replica_table(
 ) -> None:
     tables: list[tuple[ReplicaState, ...]] = []
 
-    def replicas(self: ArtifactWriter, states: tuple[ReplicaState, ...], job: str) -> None:
+    def replicas(
+        self: ArtifactWriter, states: tuple[ReplicaState, ...], job: str, *, waiting: str = ""
+    ) -> None:
         tables.append(tuple(states))
 
     monkeypatch.setattr(ArtifactWriter, "replicas", replicas)
