@@ -35,10 +35,10 @@ import pytest
 START_TIMEOUT_S = 180.0
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -50,11 +50,12 @@ class MlflowServer:
     port: int
     root: Path
     log: Path
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
-        """The tracking URI (``http://127.0.0.1:<port>``)."""
-        return f"http://127.0.0.1:{self.port}"
+        """The tracking URI (``http://<host>:<port>``, ``127.0.0.1`` unless started elsewhere)."""
+        return f"http://{self.host}:{self.port}"
 
     @property
     def artifact_destination(self) -> str:
@@ -62,10 +63,14 @@ class MlflowServer:
         return (self.root / "artifacts").as_uri()
 
     @classmethod
-    def start(cls, root: Path, *, timeout_s: float = START_TIMEOUT_S) -> MlflowServer:
+    def start(
+        cls, root: Path, *, host: str = "127.0.0.1", timeout_s: float = START_TIMEOUT_S
+    ) -> MlflowServer:
+        """Start a server listening on ``host`` (a local address: loopback, or a test bed's
+        pod-network gateway, which MLflow's host check then allows too)."""
         root.mkdir(parents=True, exist_ok=True)
         (root / "artifacts").mkdir(exist_ok=True)
-        port = free_port()
+        port = free_port(host)
         log = root / "mlflow-server.log"
         mlflow = Path(sys.executable).with_name("mlflow")
         command = [
@@ -76,12 +81,14 @@ class MlflowServer:
             "--artifacts-destination",
             (root / "artifacts").as_uri(),
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
             "--workers",
             "1",
         ]
+        if host != "127.0.0.1":
+            command += ["--allowed-hosts", f"{host},{host}:*,localhost,localhost:*,127.0.0.1:*"]
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         with log.open("wb") as out:
             process = subprocess.Popen(
@@ -92,7 +99,7 @@ class MlflowServer:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        server = cls(process=process, port=port, root=root, log=log)
+        server = cls(process=process, port=port, root=root, log=log, host=host)
         try:
             server._wait_healthy(timeout_s)
         except BaseException:
