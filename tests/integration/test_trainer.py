@@ -508,3 +508,117 @@ async def test_train_jobs_are_refused_while_trainer_is_down_and_run_after_a_cras
     assert after.restarts == before.restarts + 1
     await cluster.create_train_job(train_job("after-crash", "torch-distributed", nodes=1))
     await cluster.complete("after-crash")
+
+
+# -- a runtime that names its replicated Jobs otherwise ----------------------------------------
+
+
+@asynccontextmanager
+async def worker_named_runtime(cluster: Cluster, name: str) -> AsyncIterator[str]:
+    """A ClusterTrainingRuntime like ``torch-distributed`` whose trainer Job is ``worker``.
+
+    Trainer finds the trainer Job by its ancestor label, not by name; the pods carry the
+    runtime's name in ``jobset.sigs.k8s.io/replicatedjob-name``. Deleted afterwards.
+    """
+    upstream = await cluster.custom.get_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", "torch-distributed"
+    )
+    (node,) = upstream["spec"]["template"]["spec"]["replicatedJobs"]
+    runtime = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name, "labels": upstream["metadata"].get("labels") or {}},
+        "spec": {
+            **upstream["spec"],
+            "template": {"spec": {"replicatedJobs": [{**node, "name": "worker"}]}},
+        },
+    }
+    await cluster.custom.create_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", runtime
+    )
+    try:
+        yield name
+    finally:
+        await cluster.custom.delete_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", name
+        )
+
+
+async def test_a_runtime_naming_its_jobs_otherwise_is_followed_by_its_own_names(
+    cluster: Cluster, admin_kubeconfig: Path, testbed: Testbed
+) -> None:
+    """Submitted through the backend, counted, listed and logged by the runtime's Job names.
+
+    Rendered offline, the runtime patch names Trainer's ``node``; merged by name into a runtime
+    without one, it adds a Job without containers, Trainer's JobSet is invalid and the TrainJob
+    hangs without a condition (seen with the fit taken out). So the backend reads the runtime
+    and names its Jobs.
+    """
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+    from kubedl_prefect.spec import job_name, loads_spec
+
+    stage = content.ANNOTATION_PREFIX
+    runtime_name = f"workers-{cluster.namespace[-6:]}"
+    spec = loads_spec(
+        f"""
+name: workers
+image: registry.example/train:1.0
+command: [python, train.py]
+resources: {{cpu: 1, memory: 1Gi}}
+annotations: {{"{stage}start-delay": "3s", "{stage}run-duration": "3s"}}
+runtime: {{name: {runtime_name}}}
+replicas:
+  worker: 2
+"""
+    )
+    name = job_name(spec.name, "workers", 1)
+    lines: list[Any] = []
+    written: dict[str, str] = {}
+
+    async def write_logs() -> None:
+        # The pods' names end with the Job controller's suffix: write each log as it appears.
+        while True:
+            for pod in await cluster.pods(name):
+                labels = pod.metadata.labels
+                if pod.metadata.name not in written:
+                    replica = (
+                        f"{labels['jobset.sigs.k8s.io/replicatedjob-name']}-"
+                        f"{labels['batch.kubernetes.io/job-completion-index']}"
+                    )
+                    log = await asyncio.to_thread(
+                        testbed.pod_log, cluster.namespace, pod.metadata.name, "node"
+                    )
+                    await asyncio.to_thread(log.write, f"hello from {replica}")
+                    written[pod.metadata.name] = replica
+            await asyncio.sleep(0.2)
+
+    async with worker_named_runtime(cluster, runtime_name):
+        backend = KubernetesBackend(
+            namespace=cluster.namespace, dialect="trainer", kubeconfig=str(admin_kubeconfig)
+        )
+        writer = asyncio.create_task(write_logs())
+        try:
+            ref = await backend.submit(spec, key="workers", attempt=1)
+            logs = asyncio.create_task(backend.follow_logs(ref, lines.append))
+            outcome = await asyncio.wait_for(backend.wait_completed(ref), 120)
+            await asyncio.wait_for(logs, 60)
+            replicas = await backend.replicas(ref)
+        finally:
+            writer.cancel()
+            await backend.close()
+        job = await cluster.train_job(name)
+
+    assert outcome.succeeded, outcome
+    patch = job["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+    assert [j["name"] for j in patch["replicatedJobs"]] == ["worker"]
+    assert json.loads(job["metadata"]["annotations"]["kubedl-prefect.io/runtime-jobs"]) == {
+        "worker": {"pods": 2, "trainer": True}
+    }
+    assert set(outcome.status.replicas) == {"worker"}
+    assert outcome.status.replicas["worker"].succeeded == 1  # one Job of two pods
+    assert sorted(f"{r.role}-{r.index}" for r in replicas) == ["worker-0", "worker-1"]
+    assert sorted(written.values()) == ["worker-0", "worker-1"]
+    assert sorted((line.replica, line.text) for line in lines) == [
+        ("worker-0", "hello from worker-0"),
+        ("worker-1", "hello from worker-1"),
+    ]

@@ -6,6 +6,7 @@ Queues, PriorityClasses, PersistentVolumeClaims).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -59,15 +60,38 @@ def _describe_term(term: KubeObject) -> str:
 _TRAINER_MPI_RUNTIMES = frozenset({"deepspeed-distributed", "mlx-distributed"})
 """Trainer v2.3.0's MPI runtimes: a launcher that is also a node, and ``numNodes - 1`` nodes."""
 _VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+_RUNTIME_JOBS_ANNOTATION = "kubedl-prefect.io/runtime-jobs"
+"""``spec.renderers.trainer.RUNTIME_JOBS_ANNOTATION``: the runtime's own Jobs and their pods."""
+
+
+def _runtime_layout(job: KubeObject) -> list[tuple[str, int, bool]] | None:
+    """``(replicated Job, pods, takes resourcesPerNode)`` recorded at submission, if any."""
+    raw = ((job.get("metadata") or {}).get("annotations") or {}).get(_RUNTIME_JOBS_ANNOTATION)
+    if not raw:
+        return None
+    try:
+        layout = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(layout, dict):
+        return None
+    found = []
+    for name, entry in layout.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("pods"), int):
+            return None
+        found.append((str(name), max(entry["pods"], 0), bool(entry.get("trainer"))))
+    return found or None
 
 
 def _trainjob_templates(job: KubeObject) -> Iterator[tuple[str, int, KubeObject]]:
     """A TrainJob's replicated Jobs as roles: what its ``trainer`` and runtime patches say.
 
     The runtime's own template is not read (it is another object): the pods' requests are
-    ``resourcesPerNode`` and their placement the runtime patches' pod spec. An MPI runtime
-    (Trainer's own, or one whose patches name a ``launcher``) has a launcher and
-    ``numNodes - 1`` nodes; any other, ``numNodes`` nodes.
+    ``resourcesPerNode`` and their placement the runtime patches' pod spec. A runtime that
+    names its Jobs otherwise than Trainer's release has them recorded on the TrainJob at
+    submission (``kubedl-prefect.io/runtime-jobs``: each Job's pods, and which take
+    ``resourcesPerNode``). Otherwise an MPI runtime (Trainer's own, or one whose patches name
+    a ``launcher``) has a launcher and ``numNodes - 1`` nodes; any other, ``numNodes`` nodes.
     """
     spec = job.get("spec") or {}
     trainer = spec.get("trainer") or {}
@@ -84,11 +108,15 @@ def _trainjob_templates(job: KubeObject) -> Iterator[tuple[str, int, KubeObject]
     container: KubeObject = {"name": "node"}
     if trainer.get("resourcesPerNode"):
         container["resources"] = trainer["resourcesPerNode"]
-    mpi = runtime in _TRAINER_MPI_RUNTIMES or "launcher" in pods
-    roles = [("launcher", 1), ("node", max(nodes - 1, 1))] if mpi else [("node", nodes)]
-    for role, count in roles:
+    layout = _runtime_layout(job)
+    if layout is None:
+        mpi = runtime in _TRAINER_MPI_RUNTIMES or "launcher" in pods
+        roles = [("launcher", 1), ("node", max(nodes - 1, 1))] if mpi else [("node", nodes)]
+        layout = [(role, count, True) for role, count in roles]
+    for role, count, resourced in layout:
         pod_spec = {k: v for k, v in pods.get(role, {}).items() if k != "containers"}
-        yield role, count, {"spec": {**pod_spec, "containers": [container]}}
+        containers = [container] if resourced else [{"name": role}]
+        yield role, count, {"spec": {**pod_spec, "containers": containers}}
 
 
 def trainjob_queue(job: KubeObject) -> str | None:

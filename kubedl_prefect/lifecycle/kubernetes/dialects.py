@@ -13,15 +13,26 @@ per replicated Job and a headless Service ``x``, and labels the Jobs and their p
 adds no label of its own to them. A runtime with a Volcano (or coscheduling) ``podGroupPolicy``
 gets a PodGroup named ``x``, owned by the TrainJob; Trainer leaves it behind when the job fails
 (kubeflow/trainer#4033), so cancelling deletes it by name as well (:meth:`JobObjects.leftovers`).
+
+The replicated Jobs are named by the runtime (Trainer's release: ``node``, MPI's ``launcher``; a
+runtime of one's own may say ``worker``): pods, counts and logs are read by label and from
+``status.jobsStatus``, never by a fixed name, and :func:`read_runtime` reads the runtime a
+TrainJob names, so that its runtime patch reaches the runtime's own Jobs at submission
+(:func:`~kubedl_prefect.spec.renderers.trainer.fit_runtime_patches`).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Final
 
+from kubedl_prefect.errors import ForbiddenError, NotFoundError
+from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import VOLCANO_PODGROUPS, KubeObject, ResourceKind
 from kubedl_prefect.spec import Dialect
+
+logger = logging.getLogger(__name__)
 
 JOBSET_NAME_LABEL: Final = "jobset.sigs.k8s.io/jobset-name"
 """The label JobSet v0.12.0 puts on a JobSet's Jobs and pods (the JobSet's name)."""
@@ -31,6 +42,59 @@ JOBSETS: Final = ResourceKind("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"
 """The JobSet a TrainJob runs as (JobSet v0.12.0)."""
 BATCH_JOBS: Final = ResourceKind("batch", "v1", "Job", "jobs")
 """Kubernetes Jobs (a JobSet's children)."""
+CLUSTER_TRAINING_RUNTIMES: Final = ResourceKind(
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "ClusterTrainingRuntime",
+    "clustertrainingruntimes",
+    namespaced=False,
+)
+"""Trainer's cluster-scoped runtimes (a ``runtimeRef``'s default kind)."""
+TRAINING_RUNTIMES: Final = ResourceKind(
+    "trainer.kubeflow.org", "v1alpha1", "TrainingRuntime", "trainingruntimes"
+)
+"""Trainer's namespaced runtimes (``runtimeRef.kind: TrainingRuntime``)."""
+
+
+def runtime_kind(train_job: KubeObject) -> tuple[ResourceKind, str]:
+    """The runtime kind and name a TrainJob's ``runtimeRef`` names.
+
+    Example:
+        >>> kind, name = runtime_kind({"spec": {"runtimeRef": {"name": "torch-distributed"}}})
+        >>> kind.kind, name
+        ('ClusterTrainingRuntime', 'torch-distributed')
+    """
+    ref = (train_job.get("spec") or {}).get("runtimeRef") or {}
+    kind = TRAINING_RUNTIMES if ref.get("kind") == "TrainingRuntime" else CLUSTER_TRAINING_RUNTIMES
+    return kind, str(ref.get("name") or "")
+
+
+async def read_runtime(
+    client: KubeClient, namespace: str, train_job: KubeObject
+) -> KubeObject | None:
+    """The runtime ``train_job`` names, or ``None`` when it cannot be read.
+
+    A runtime that does not exist is Trainer's to refuse (its webhook names it); one we may
+    not read (no ``get`` on the runtimes: deploy/rbac.yaml, deploy/cluster-rbac.yaml) is
+    logged, and the TrainJob goes as rendered, which fits Trainer's own runtimes.
+    """
+    kind, name = runtime_kind(train_job)
+    if not name:
+        return None
+    try:
+        return await client.get(kind, namespace if kind.namespaced else None, name)
+    except NotFoundError:
+        return None
+    except ForbiddenError as exc:
+        logger.warning(
+            "cannot read %s %s (%s): its replicated Jobs are taken to be Trainer's own "
+            "(node, launcher); grant get on %s",
+            kind.kind,
+            name,
+            exc.message,
+            kind.plural,
+        )
+        return None
 
 
 @dataclass(frozen=True)

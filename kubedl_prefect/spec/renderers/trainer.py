@@ -36,6 +36,7 @@ Example:
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -67,10 +68,15 @@ __all__ = [
     "MPI_LAUNCHER_JOB",
     "NODE_JOB",
     "RESERVED_ENV",
+    "RUNTIME_JOBS_ANNOTATION",
     "RUNTIME_PATCH_MANAGER",
     "TRAINER_CONTAINER",
     "VOLCANO_QUEUE_ANNOTATION",
+    "RuntimeJob",
+    "fit_runtime_patches",
     "render_trainer",
+    "runtime_jobs",
+    "runtime_pods",
     "trainer_host_suffixes",
     "trainer_issues",
     "trainer_notes",
@@ -105,6 +111,20 @@ NODE_JOB: Final = "node"
 
 MPI_LAUNCHER_JOB: Final = "launcher"
 """The replicated Job of an MPI runtime's launcher."""
+
+TRAINER_ANCESTOR_LABEL: Final = "trainer.kubeflow.org/trainjob-ancestor-step"
+"""The label of a runtime's replicated Job template saying which step it is (``trainer``,
+``dataset-initializer``, ``model-initializer``): Trainer finds the trainer Job by it, not by
+its name."""
+
+TRAINER_ANCESTOR: Final = "trainer"
+""":data:`TRAINER_ANCESTOR_LABEL`'s value on the Job whose container the ``trainer`` field sets."""
+
+RUNTIME_JOBS_ANNOTATION: Final = "kubedl-prefect.io/runtime-jobs"
+"""Set at submission on a TrainJob whose runtime names its Jobs otherwise than Trainer's release:
+``{replicated Job: {"pods": n, "trainer": true}}`` as JSON (:func:`runtime_pods`; ``trainer``
+where the TrainJob's ``resourcesPerNode`` applies), so that a diagnosis of a job that has not
+started knows its roles without reading the runtime again."""
 
 RUNTIME_PATCH_MANAGER: Final = "kubedl-prefect.io/spec"
 """The ``manager`` of the runtime patch kubedl-prefect writes (a domain-prefixed path)."""
@@ -525,6 +545,166 @@ def trainer_notes(spec: TrainingJobSpec) -> list[tuple[str, str]]:
 
 
 # --- the manifest ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RuntimeJob:
+    """One replicated Job of a training runtime, as Trainer v2.3.0 reads it.
+
+    Args:
+        name: The replicated Job's name: the pods' ``jobset.sigs.k8s.io/replicatedjob-name``
+            and the middle of their Job's name (``<trainjob>-<name>-0``).
+        ancestor: Its :data:`TRAINER_ANCESTOR_LABEL` (``trainer``, an initializer), or ``""``.
+        containers: Its pod's container names.
+        pods: Pods per Job the runtime asks for (``parallelism``, default 1); the TrainJob's
+            ``numNodes`` replaces it on the trainer Job.
+        pod_template: The runtime's pod template of the Job.
+    """
+
+    name: str
+    ancestor: str
+    containers: tuple[str, ...]
+    pods: int
+    pod_template: Mapping[str, Any]
+
+    @property
+    def is_trainer(self) -> bool:
+        """Whether the TrainJob's ``trainer`` (image, command, resources) sets this Job."""
+        return self.ancestor == TRAINER_ANCESTOR
+
+    @property
+    def is_initializer(self) -> bool:
+        """Whether it is a dataset or model initializer (no training pod settings apply)."""
+        return self.ancestor.endswith("-initializer")
+
+
+def runtime_jobs(runtime: Mapping[str, Any]) -> tuple[RuntimeJob, ...]:
+    """The replicated Jobs of a ``ClusterTrainingRuntime`` or ``TrainingRuntime``, in order.
+
+    Their names are the runtime's own: Trainer's release names them ``node`` and ``launcher``,
+    another runtime may say ``worker`` or anything else.
+
+    Example:
+        >>> runtime = {"spec": {"template": {"spec": {"replicatedJobs": [
+        ...     {"name": "worker", "template": {
+        ...         "metadata": {"labels": {TRAINER_ANCESTOR_LABEL: "trainer"}},
+        ...         "spec": {"template": {"spec": {"containers": [{"name": "node"}]}}}}}]}}}}
+        >>> [(job.name, job.is_trainer, job.containers) for job in runtime_jobs(runtime)]
+        [('worker', True, ('node',))]
+    """
+    template = ((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}
+    found: list[RuntimeJob] = []
+    for job in template.get("replicatedJobs") or []:
+        if not isinstance(job, Mapping) or not isinstance(job.get("name"), str):
+            continue
+        job_template = job.get("template") or {}
+        labels = (job_template.get("metadata") or {}).get("labels") or {}
+        job_spec = job_template.get("spec") or {}
+        pod = job_spec.get("template") or {}
+        containers = (pod.get("spec") or {}).get("containers") or []
+        parallelism = job_spec.get("parallelism")
+        found.append(
+            RuntimeJob(
+                name=job["name"],
+                ancestor=str(labels.get(TRAINER_ANCESTOR_LABEL) or ""),
+                containers=tuple(str(c.get("name")) for c in containers if isinstance(c, Mapping)),
+                pods=parallelism if isinstance(parallelism, int) and parallelism > 0 else 1,
+                pod_template=pod,
+            )
+        )
+    return tuple(found)
+
+
+def runtime_pods(runtime: Mapping[str, Any], num_nodes: int) -> dict[str, int]:
+    """Pods of each replicated Job (initializers too) of a TrainJob of ``num_nodes`` nodes.
+
+    As Trainer v2.3.0 counts them: the trainer Job runs ``num_nodes`` pods, except under an MPI
+    policy with ``runLauncherAsNode``, where that Job is the launcher (one pod) and the Job
+    named ``node`` runs the other ``num_nodes - 1``; any other Job its ``parallelism``.
+
+    Example:
+        >>> runtime = {"spec": {"template": {"spec": {"replicatedJobs": [
+        ...     {"name": "driver", "template": {}},
+        ...     {"name": "worker", "template": {"metadata": {"labels": {
+        ...         TRAINER_ANCESTOR_LABEL: "trainer"}}}}]}}}}
+        >>> runtime_pods(runtime, 3)
+        {'driver': 1, 'worker': 3}
+    """
+    mpi = ((runtime.get("spec") or {}).get("mlPolicy") or {}).get("mpi") or {}
+    launcher_is_node = bool(mpi.get("runLauncherAsNode"))
+    pods: dict[str, int] = {}
+    for job in runtime_jobs(runtime):
+        if job.is_trainer:
+            pods[job.name] = 1 if launcher_is_node else num_nodes
+        elif launcher_is_node and job.name == NODE_JOB:
+            pods[job.name] = max(num_nodes - 1, 1)
+        else:
+            pods[job.name] = job.pods
+    return pods
+
+
+def fit_runtime_patches(manifest: Manifest, runtime: Mapping[str, Any]) -> Manifest:
+    """``manifest`` (a rendered TrainJob) with our runtime patch naming ``runtime``'s own Jobs.
+
+    Rendered offline, the patch names Trainer's release names (:data:`NODE_JOB`, MPI's
+    :data:`MPI_LAUNCHER_JOB`). Trainer merges a patch into the runtime by replicated Job
+    *name*, so against a runtime that names its Jobs otherwise the patch would add a Job of
+    its own instead of reaching the runtime's. Here the same pod settings go to every Job of
+    the runtime but its initializers, and the training container's (mounts, security
+    context) only to Jobs that have a container :data:`TRAINER_CONTAINER`. A manifest without
+    our patch, or a runtime without Jobs, comes back unchanged (a copy). When the runtime's
+    Jobs are not Trainer's release names (``node``, and ``launcher`` under MPI), their pods
+    (:func:`runtime_pods`) are recorded in the :data:`RUNTIME_JOBS_ANNOTATION`.
+
+    Example:
+        >>> runtime = {"spec": {"template": {"spec": {"replicatedJobs": [
+        ...     {"name": "worker", "template": {"spec": {"template": {"spec": {
+        ...         "containers": [{"name": "node"}]}}}}}]}}}}
+        >>> patch = {"manager": RUNTIME_PATCH_MANAGER, "trainingRuntimeSpec": {"template": {
+        ...     "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {
+        ...         "template": {"metadata": {"labels": {"team": "a"}}}}}}]}}}}
+        >>> fitted = fit_runtime_patches({"spec": {"runtimePatches": [patch]}}, runtime)
+        >>> jobs = fitted["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]
+        >>> [job["name"] for job in jobs["spec"]["replicatedJobs"]]
+        ['worker']
+    """
+    fitted = copy.deepcopy(dict(manifest))
+    targets = [job for job in runtime_jobs(runtime) if not job.is_initializer]
+    if not targets:
+        return fitted
+    if {job.name for job in targets} - {NODE_JOB, MPI_LAUNCHER_JOB}:
+        nodes = ((fitted.get("spec") or {}).get("trainer") or {}).get("numNodes")
+        pods = runtime_pods(runtime, nodes if isinstance(nodes, int) and nodes > 0 else 1)
+        mpi = ((runtime.get("spec") or {}).get("mlPolicy") or {}).get("mpi") or {}
+        resourced = {job.name for job in targets if job.is_trainer}
+        if mpi.get("runLauncherAsNode"):
+            resourced.add(NODE_JOB)
+        layout = {
+            name: {"pods": count, **({"trainer": True} if name in resourced else {})}
+            for name, count in pods.items()
+            if any(job.name == name for job in targets)
+        }
+        metadata = fitted.setdefault("metadata", {})
+        annotations = metadata.setdefault("annotations", {})
+        annotations[RUNTIME_JOBS_ANNOTATION] = json.dumps(layout, separators=(",", ":"))
+    for patch in (fitted.get("spec") or {}).get("runtimePatches") or []:
+        if not isinstance(patch, dict) or patch.get("manager") != RUNTIME_PATCH_MANAGER:
+            continue
+        template = ((patch.get("trainingRuntimeSpec") or {}).get("template") or {}).get("spec")
+        ours = template.get("replicatedJobs") if isinstance(template, dict) else None
+        if not ours or not isinstance(template, dict):
+            continue
+        pod_patch = ((ours[0].get("template") or {}).get("spec") or {}).get("template") or {}
+        jobs = []
+        for job in targets:
+            pod = copy.deepcopy(pod_patch)
+            if TRAINER_CONTAINER not in job.containers:
+                (pod.get("spec") or {}).pop("containers", None)
+                if "spec" in pod and not pod["spec"]:
+                    del pod["spec"]
+            jobs.append({"name": job.name, "template": {"spec": {"template": pod}}})
+        template["replicatedJobs"] = jobs
+    return fitted
 
 
 def render_trainer(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:
