@@ -110,6 +110,18 @@ def dialect_issues(
                     "Trainer's TrainJob), or remove kueue",
                 )
             )
+    if dialect is Dialect.KUBEFLOW and spec.framework is Framework.MPI and spec.kueue is not None:
+        # Kueue's kubeflow.org/mpijob integration (v0.19.2) is mpi-operator's v2beta1 MPIJob:
+        # it makes no Workload for the training operator's v1 MPIJob, which stays suspended.
+        issues.append(
+            SpecIssue(
+                "kueue",
+                "Kueue does not manage the training operator's kubeflow.org/v1 MPIJob (its "
+                "kubeflow.org/mpijob integration is mpi-operator's v2beta1): the job would stay "
+                f"suspended in LocalQueue {spec.kueue.queue}, never admitted",
+                "render with --dialect trainer (a TrainJob, which Kueue manages), or remove kueue",
+            )
+        )
     return issues
 
 

@@ -58,7 +58,13 @@ SPECS: dict[str, dict[str, Any]] = {
 }
 
 
-CASES = [(name, Dialect.KUBEFLOW) for name in sorted(SPECS)] + [("pytorch", Dialect.TRAINER)]
+#: Kueue manages each of them as a v1 job but the MPIJob (mpi-operator's v2beta1 only): a queued
+#: MPI spec renders as a TrainJob.
+KUBEFLOW = sorted(name for name in SPECS if name != "mpi")
+CASES = [(name, Dialect.KUBEFLOW) for name in KUBEFLOW] + [
+    ("pytorch", Dialect.TRAINER),
+    ("mpi", Dialect.TRAINER),
+]
 
 
 @pytest.mark.parametrize(("name", "dialect"), CASES, ids=[f"{n}-{d.value}" for n, d in CASES])
@@ -75,7 +81,7 @@ def test_no_stale_goldens() -> None:
     assert {p.name for p in GOLDEN.glob("*.yaml")} == {f"{n}-{d.value}.yaml" for n, d in CASES}
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name", KUBEFLOW)
 def test_the_labels_go_on_the_job_only_and_it_is_created_suspended(name: str) -> None:
     manifest = render(parse_spec(SPECS[name]), Dialect.KUBEFLOW)
     labels = manifest["metadata"]["labels"]
@@ -109,6 +115,21 @@ def test_a_kubedl_job_with_a_queue_is_refused_with_the_reason_and_the_fix() -> N
     assert "team-a" in issue.problem
     assert "--dialect kubeflow" in issue.fix
     assert "remove kueue" in issue.fix
+
+
+def test_a_queued_v1_mpijob_is_refused_offline_with_the_reason_and_the_fix() -> None:
+    # Kueue v0.19.2 makes no Workload for a kubeflow.org/v1 MPIJob: it would wait for ever.
+    with pytest.raises(SpecError) as refused:
+        render(parse_spec(SPECS["mpi"]), Dialect.KUBEFLOW)
+    (issue,) = refused.value.issues
+    assert issue.path == "kueue"
+    assert "kubeflow.org/v1 MPIJob" in issue.problem
+    assert "v2beta1" in issue.problem
+    assert "team-b" in issue.problem
+    assert "--dialect trainer" in issue.fix
+    assert "remove kueue" in issue.fix
+    unqueued = {k: v for k, v in SPECS["mpi"].items() if k != "kueue"}
+    assert render(parse_spec(unqueued), Dialect.KUBEFLOW)["kind"] == "MPIJob"
 
 
 @pytest.mark.parametrize(
@@ -162,7 +183,7 @@ def test_each_kind_suspends_where_it_can() -> None:
     assert queued["metadata"]["labels"] == {QUEUE_LABEL: "team-a"}
 
 
-@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("name", KUBEFLOW)
 def test_a_queued_kubeflow_job_imports_back_to_the_same_spec(name: str) -> None:
     spec = parse_spec(SPECS[name])
     imported = import_manifest(render(spec, Dialect.KUBEFLOW))
