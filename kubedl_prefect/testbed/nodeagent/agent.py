@@ -714,6 +714,9 @@ class PodWorker:
             mounts.append((str(source), mount.path, mount.read_only or not writable))
         scratch = self.dir / "scratch" / f"{plan.name}-{record.restart_count}"
         scratch.mkdir(parents=True, exist_ok=True)
+        message = self._termination_file(plan.name, init)
+        if message is not None:  # a file of the node's at terminationMessagePath, as a kubelet
+            mounts.append((str(message[0]), message[1], False))
         spec = SandboxSpec(
             netns=self.netns or "",
             hostname=podspec.hostname(self.pod),
@@ -767,7 +770,11 @@ class PodWorker:
         shutil.rmtree(scratch, ignore_errors=True)
         exit_code = code if code >= 0 else 128 - code
         signal_number = exit_code - 128 if exit_code > 128 else None
-        terminated = Terminated(exit_code, started, now(), signal_number)
+        left = ""
+        if message is not None:
+            with contextlib.suppress(OSError):  # the pod's folder may be gone with the pod
+                left = podstatus.termination_message(message[0].read_bytes())
+        terminated = Terminated(exit_code, started, now(), signal_number, left)
         self._records(init)[index] = ContainerRecord(
             record.name, record.image, terminated, record.last, record.restart_count
         )
@@ -817,6 +824,19 @@ class PodWorker:
             on_failure=on_failure,
             on_kill=on_kill,
         )
+
+    def _termination_file(self, name: str, init: bool) -> tuple[Path, str] | None:
+        """An empty file for the container's termination message, and where it is mounted."""
+        spec = self.pod.get("spec") or {}
+        containers = spec.get("initContainers" if init else "containers") or []
+        container: KubeObject = next((c for c in containers if c.get("name") == name), {})
+        path = podstatus.termination_message_path(container)
+        if path is None:
+            return None
+        file = self.dir / "termination" / name
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(b"")  # each run starts with no message
+        return file, path
 
     async def _terminate(
         self, process: asyncio.subprocess.Process, *, grace_s: float | None = None

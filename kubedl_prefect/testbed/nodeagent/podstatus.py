@@ -45,12 +45,14 @@ class Terminated:
         started_at: When it started (RFC 3339).
         finished_at: When it exited (RFC 3339).
         signal: The signal that ended it, if any.
+        message: What it left at its ``terminationMessagePath`` (:func:`termination_message`).
     """
 
     exit_code: int
     started_at: str
     finished_at: str
     signal: int | None = None
+    message: str = ""
 
     @property
     def reason(self) -> str:
@@ -120,7 +122,48 @@ def _state(state: ContainerState) -> KubeObject:
     }
     if state.signal is not None:
         terminated["signal"] = state.signal
+    if state.message:
+        terminated["message"] = state.message
     return {"terminated": terminated}
+
+
+MAX_TERMINATION_MESSAGE_BYTES = 4096
+"""The most of a termination message a kubelet keeps (it cuts the rest)."""
+_SHARED_TREES = ("/dev", "/proc", "/sys")
+
+
+def termination_message_path(container: KubeObject) -> str | None:
+    """Where ``container``'s termination message file is mounted; ``None`` when it cannot be.
+
+    As a kubelet does, the node mounts a file of its own at ``terminationMessagePath`` and reads
+    it when the container exits. A container here shares this machine's ``/dev`` and ``/sys``,
+    so a path under them (the default, ``/dev/termination-log``) would put the file on the
+    machine itself: such containers leave no message; a pod that wants one names a path
+    elsewhere.
+
+    Example:
+        >>> termination_message_path({"terminationMessagePath": "/kubedl-prefect/termination-log"})
+        '/kubedl-prefect/termination-log'
+        >>> termination_message_path({}) is None  # /dev/termination-log
+        True
+    """
+    path = str(container.get("terminationMessagePath") or "/dev/termination-log")
+    normal = "/" + "/".join(part for part in path.split("/") if part not in ("", "."))
+    if not path.startswith("/") or ".." in normal.split("/"):
+        return None
+    if any(normal == tree or normal.startswith(f"{tree}/") for tree in _SHARED_TREES):
+        return None
+    return normal
+
+
+def termination_message(data: bytes) -> str:
+    """The message a container left, as a kubelet reports it: at most 4 KiB of it.
+
+    Example:
+        >>> len(termination_message(b"x" * 5000)), termination_message(b"done")
+        (4096, 'done')
+    """
+    return data[:MAX_TERMINATION_MESSAGE_BYTES].decode("utf-8", errors="replace")
 
 
 def container_status(

@@ -130,6 +130,19 @@ def test_phases_follow_init_containers_and_the_restart_policy() -> None:
     assert podstatus.phase("Never", [], [pulling]) == "Pending"
 
 
+def test_a_termination_message_is_reported_cut_at_4_kib_and_never_mounted_in_shared_trees() -> None:
+    ended = ContainerRecord("main", "i", Terminated(0, "t", "t", message='{"result": 1}'))
+    status = podstatus.container_status(ended)
+    assert status["state"]["terminated"]["message"] == '{"result": 1}'
+    silent = podstatus.container_status(ContainerRecord("main", "i", Terminated(1, "t", "t")))
+    assert "message" not in silent["state"]["terminated"]
+    assert podstatus.termination_message("é".encode() * 3000) == "é" * 2048  # 4096 bytes
+    path = podstatus.termination_message_path
+    assert path({"terminationMessagePath": "/tmp/./last//word"}) == "/tmp/last/word"
+    for shared in ("/dev/termination-log", "/sys/x", "/proc/1/x", "/a/../dev/x", "relative"):
+        assert path({"terminationMessagePath": shared}) is None, shared
+
+
 def test_pod_networks_are_link_local_never_private_nor_the_metadata_address() -> None:
     metadata = ipaddress.IPv4Address("169.254.169.254")
     for base in range(1024, 65400, 100):
