@@ -125,7 +125,13 @@ def environments(venv: Path) -> dict[str, ImageEnvironment]:
         "mlserver": ImageEnvironment(
             "mlserver",
             (str(mlserver / "bin"), *SYSTEM_PATH),
-            {"VIRTUAL_ENV": str(mlserver), "MLSERVER_MODELS_DIR": MODELS_DIR},
+            # MLServer 1.7's inference worker pool dies at start in this Python (uvloop: "no
+            # current event loop"); local serving runs without it too (parallel_workers 0).
+            {
+                "VIRTUAL_ENV": str(mlserver),
+                "MLSERVER_MODELS_DIR": MODELS_DIR,
+                "MLSERVER_PARALLEL_WORKERS": "0",
+            },
             cmd=("/bin/sh", "-c", 'exec mlserver start "$MLSERVER_MODELS_DIR"'),
         ),
         "storage-initializer": ImageEnvironment(

@@ -8,8 +8,11 @@ package, v0.20) fetches each source into its folder before the model server star
 same contract for the URI schemes the test bed serves from:
 
 - ``file://<path>`` (or a plain existing path): each entry of the folder (or the file) is
-  **linked** into the destination, as KServe's ``_download_local`` does; a single ``.tar``,
-  ``.tar.gz``/``.tgz`` or ``.zip`` is unpacked there instead;
+  **copied** into the destination; a single ``.tar``, ``.tar.gz``/``.tgz`` or ``.zip`` is
+  unpacked there instead. KServe's ``_download_local`` links the entries instead of copying
+  them; the MLflow 3 of the model server's environment refuses to load such a model
+  (``MlflowException: Invalid path: resolved path is outside the artifact directory``, seen on
+  the process node), so the files are copied;
 - ``http://`` and ``https://``: the file is downloaded into the destination, and unpacked when it
   is one of those archives.
 
@@ -97,7 +100,7 @@ def _unpack(archive: Path, target: Path) -> None:
 
 
 def fetch_local(path: str, dest: Path) -> None:
-    """Link the entries of ``path`` (or the file) into ``dest``; unpack a single archive.
+    """Copy the entries of ``path`` (or the file) into ``dest``; unpack a single archive.
 
     Raises:
         RuntimeError: ``path`` does not exist or holds nothing.
@@ -110,16 +113,15 @@ def fetch_local(path: str, dest: Path) -> None:
         raise RuntimeError(f"Failed to fetch model. No model found in file://{path}.")
     for entry in entries:
         target = dest / entry.name
-        logger.info("Linking: %s to %s", entry, target)
+        logger.info("Copying: %s to %s", entry, target)
         if target.exists() or target.is_symlink():
             logger.info("File %s already exist", target)
+        elif entry.is_dir():
+            shutil.copytree(entry, target)
         else:
-            target.symlink_to(entry)
+            shutil.copyfile(entry, target)
     if len(entries) == 1 and is_archive(entries[0].name):
-        copy = dest / entries[0].name
-        copy.unlink()
-        shutil.copyfile(entries[0], copy)
-        _unpack(copy, dest)
+        _unpack(dest / entries[0].name, dest)
 
 
 def fetch_http(url: str, dest: Path) -> None:
