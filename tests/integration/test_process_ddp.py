@@ -14,7 +14,13 @@ Mid-training the master's training process is killed (SIGKILL, exit 137): under 
 restart policy the operator deletes and recreates the master pod, the workers' collective fails
 and they are restarted in place (``OnFailure``), every rank resumes from the checkpoint on the
 claim, and the job ends Succeeded, one job object. Each test takes 1-3 minutes here (starting three
-Python processes that import torch, twice, on the shared 2-core machine), hence ``long``.
+Python processes that import torch, twice, on the shared 2-core machine), hence ``long``: KubeDL
+165 s, Kubeflow 145 s, and the MLflow server's start about a minute once per module.
+
+Under Kubeflow Trainer v2 the example runs as a TrainJob of three nodes started by ``torchrun``
+(Trainer's ``PET_*`` variables, node 0's host name ``<job>-node-0-0.<job>`` resolved by the pods'
+``/etc/hosts``), 114 s here; no replica is killed there: a TrainJob has no restart policy of its
+own (a failed node fails the JobSet unless its runtime sets a failure policy), not tried yet.
 """
 
 from __future__ import annotations
@@ -243,3 +249,52 @@ async def test_the_ddp_example_trains_resumes_after_a_kill_and_logs_to_mlflow(
         f"{dialect.value}: killed the master at {killed_at:.0f}s, "
         f"succeeded at {time.monotonic() - started:.0f}s"
     )
+
+
+async def test_the_ddp_example_trains_under_trainer_v2_with_torchrun(
+    kube: KubeClient,
+    namespace: str,
+    process_node: Testbed,
+    pod_mlflow: MlflowServer,
+    admin_kubeconfig: Path,
+) -> None:
+    """The same example as a TrainJob of three nodes: Trainer's PET_* variables, torchrun."""
+    from mlflow.tracking import MlflowClient
+
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "ddp-checkpoints"},
+        "spec": {
+            "storageClassName": STORAGE_CLASS,
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "256Mi"}},
+        },
+    }
+    await kube.create(PERSISTENT_VOLUME_CLAIMS, namespace, claim)
+    client = MlflowClient(pod_mlflow.url)
+    experiment_id = client.create_experiment(f"ddp-trainer-{namespace}")
+    run_id = client.create_run(experiment_id, run_name="ddp-trainer").info.run_id
+    handoff = Handoff(
+        tracking_uri=pod_mlflow.url,
+        experiment_id=experiment_id,
+        experiment_name=f"ddp-trainer-{namespace}",
+        run_id=run_id,
+    )
+    raw = example_spec()
+    raw["command"] = ["torchrun", "-m", PROGRAM]
+    raw["args"] = ["--epochs", "2", "--samples", "1200"]
+    spec = with_handoff(parse_spec(raw), handoff)
+    backend = KubernetesBackend(
+        namespace=namespace, dialect=Dialect.TRAINER, kubeconfig=str(admin_kubeconfig)
+    )
+    try:
+        ref = await backend.submit(spec, key="ddp-trainer", attempt=1)
+        outcome = await backend.wait_completed(ref)
+    finally:
+        await backend.close()
+    assert outcome.succeeded, outcome
+    history = client.get_metric_history(run_id, "val_accuracy")
+    assert sorted(point.step for point in history) == [0, 1]
+    models = client.search_logged_models(experiment_ids=[experiment_id])
+    assert [m.source_run_id for m in models] == [run_id]
