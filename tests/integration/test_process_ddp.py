@@ -201,6 +201,11 @@ async def test_the_ddp_example_trains_resumes_after_a_kill_and_logs_to_mlflow(
         first_uid = first["metadata"]["uid"]
         victim = await asyncio.to_thread(training_process, run_id, "0")
         assert victim is not None, "the master's training process is not running"
+        # The tracking credentials reached the process from the Secret (secretKeyRef).
+        environ = await asyncio.to_thread(victim.environ)
+        assert environ["MLFLOW_TRACKING_USERNAME"] == "trainer"
+        assert environ["MLFLOW_TRACKING_PASSWORD"] == "not-checked-by-this-server"
+        assert environ["MLFLOW_TRACKING_URI"] == pod_mlflow.url
         victim.send_signal(signal.SIGKILL)
         killed_at = time.monotonic() - started
 
