@@ -68,7 +68,7 @@ from kubedl_prefect.testbed.components import (
     Layout,
 )
 from kubedl_prefect.testbed.rbac import cluster_role_binding, upstream_cluster_role
-from kubedl_prefect.testbed.upstream import JOBSET, TRAINER, module_file
+from kubedl_prefect.testbed.upstream import JOBSET, TRAINER, GoModule, module_file
 
 #: Namespace Trainer believes it runs in (its default outside a Pod): where its ServiceAccount is.
 TRAINER_NAMESPACE: Final = "kubeflow-system"
@@ -130,6 +130,12 @@ VOLCANO_RUNTIME: Final = "torch-distributed-volcano"
 #: ``schedulerName: volcano`` in every pod template (``runtimePatches`` cannot set it): its pods
 #: are placed by Volcano as one gang, and held with Volcano's reason when the gang does not fit.
 VOLCANO_SCHEDULED_RUNTIME: Final = "torch-distributed-volcano-scheduler"
+
+SCHEDULER_PLUGINS: Final = GoModule("sigs.k8s.io/scheduler-plugins", "v0.35.4-devel")
+"""The scheduler-plugins module Trainer v2.3.0's ``go.mod`` requires: its PodGroup
+(``scheduling.x-k8s.io/v1alpha1``) is what a ``coscheduling`` runtime makes. Only its CRD is
+used (:func:`coscheduling_podgroup_crd`); the coscheduling scheduler plugin itself does not run
+in the test bed, so such a PodGroup admits nothing: its pods go to the default scheduler."""
 #: Label on runtimes the test bed derives, naming the upstream runtime.
 DERIVED_FROM_LABEL: Final = "testbed.kubedl-prefect.io/derived-from"
 #: Scheduler name of Volcano (as :data:`.operators.VOLCANO_SCHEDULER_NAME`, which imports us).
@@ -590,6 +596,41 @@ def volcano_scheduled_runtime(upstream: dict[str, Any]) -> dict[str, Any]:
     for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         pod = job["template"].setdefault("spec", {}).setdefault("template", {})
         pod.setdefault("spec", {})["schedulerName"] = VOLCANO_SCHEDULER_NAME
+    return runtime
+
+
+def coscheduling_podgroup_crd() -> dict[str, Any]:
+    """scheduler-plugins' PodGroup CRD from :data:`SCHEDULER_PLUGINS` (downloaded if missing).
+
+    Trainer's coscheduling plugin watches PodGroups only when this CRD exists at its start
+    ("PodGroup CRDs must be installed in advance"): install it, then (re)start Trainer.
+
+    Raises:
+        TestbedError: The module has no such file.
+    """
+    path = module_file(SCHEDULER_PLUGINS, "config/crd/bases/scheduling.x-k8s.io_podgroups.yaml")
+    (crd,) = [d for d in _documents(path) if d.get("kind") == "CustomResourceDefinition"]
+    return crd
+
+
+def coscheduling_runtime(
+    upstream: dict[str, Any], name: str, schedule_timeout_s: int = 60
+) -> dict[str, Any]:
+    """``upstream`` (a ClusterTrainingRuntime) as ``name`` with a ``coscheduling`` podGroupPolicy.
+
+    Example:
+        >>> runtime = coscheduling_runtime(
+        ...     {"metadata": {"name": "torch-distributed"}, "spec": {"mlPolicy": {}}}, "cosched")
+        >>> runtime["metadata"]["name"], runtime["spec"]["podGroupPolicy"]
+        ('cosched', {'coscheduling': {'scheduleTimeoutSeconds': 60}})
+    """
+    runtime = copy.deepcopy(upstream)
+    labels = dict(runtime["metadata"].get("labels") or {})
+    labels[DERIVED_FROM_LABEL] = upstream["metadata"]["name"]
+    runtime["metadata"] = {"name": name, "labels": labels}
+    runtime["spec"]["podGroupPolicy"] = {
+        "coscheduling": {"scheduleTimeoutSeconds": schedule_timeout_s}
+    }
     return runtime
 
 

@@ -622,3 +622,99 @@ replicas:
         ("worker-0", "hello from worker-0"),
         ("worker-1", "hello from worker-1"),
     ]
+
+
+# -- coscheduling (scheduler-plugins' PodGroup) ----------------------------------------------
+
+
+@pytest.mark.exclusive  # restarts Trainer, so that it watches the PodGroup CRD it installs
+async def test_a_coscheduling_runtime_gets_a_scheduler_plugins_pod_group_that_cancel_removes(
+    cluster: Cluster, admin_kubeconfig: Path, testbed: Testbed
+) -> None:
+    """Trainer's coscheduling plugin makes a ``scheduling.x-k8s.io`` PodGroup; cancel leaves none.
+
+    The test bed runs no coscheduling scheduler plugin: the PodGroup admits nothing, the pods go
+    to the default scheduler. What is real is Trainer's side (the PodGroup it writes, the pod
+    label) and our cancellation. The CRD is installed here (it stays; harmless to others) and
+    Trainer restarted, as its plugin watches PodGroups only when the CRD exists at its start.
+    """
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+    from kubedl_prefect.spec import job_name, loads_spec
+    from kubedl_prefect.testbed import cluster as testbed_cluster
+
+    crd = trainer.coscheduling_podgroup_crd()
+    await asyncio.to_thread(testbed_cluster.call, testbed.layout, testbed_cluster.apply_crds, [crd])
+    testbed.stop("trainer-controller")
+    testbed.start("trainer-controller")
+    upstream = await cluster.custom.get_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", "torch-distributed"
+    )
+    runtime_name = f"cosched-{cluster.namespace[-6:]}"
+    await cluster.custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "clustertrainingruntimes",
+        trainer.coscheduling_runtime(upstream, runtime_name),
+    )
+    spec = loads_spec(
+        f"""
+name: cosched
+image: registry.example/train:1.0
+command: [python, train.py]
+resources: {{cpu: 1, memory: 1Gi}}
+annotations: {{"{content.RUN_DURATION}": "600s"}}
+runtime: {{name: {runtime_name}}}
+replicas:
+  worker: 2
+"""
+    )
+    name = job_name(spec.name, "cosched", 1)
+
+    async def pod_group() -> Obj:
+        found: Obj = await cluster.custom.get_namespaced_custom_object(
+            "scheduling.x-k8s.io", "v1alpha1", cluster.namespace, "podgroups", name
+        )
+        return found
+
+    backend = KubernetesBackend(
+        namespace=cluster.namespace, dialect="trainer", kubeconfig=str(admin_kubeconfig)
+    )
+    try:
+        ref = await backend.submit(spec, key="cosched", attempt=1)
+        group = await eventually("the coscheduling PodGroup", pod_group, lambda g: True, 60)
+        assert group["spec"]["minMember"] == 2
+        assert group["spec"]["scheduleTimeoutSeconds"] == 60
+        assert group["metadata"]["ownerReferences"][0]["uid"] == ref.uid
+        pods = await eventually(
+            "both pods", lambda: cluster.pods(name), lambda found: len(found) == 2, 60
+        )
+        assert {p.metadata.labels["scheduling.x-k8s.io/pod-group"] for p in pods} == {name}
+        await backend.cancel(ref)
+    finally:
+        await backend.close()
+        await cluster.custom.delete_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", runtime_name
+        )
+    with pytest.raises(ApiException) as job_gone:
+        await cluster.train_job(name)
+    assert job_gone.value.status == 404
+
+    async def left() -> list[str]:
+        """What is left of the job: its pods, its JobSet, its coscheduling PodGroup."""
+        found = [f"Pod/{p.metadata.name}" for p in await cluster.pods(name)]
+        for group, version, plural in (
+            ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+            ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+        ):
+            try:
+                await cluster.get(group, version, plural, name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+            else:
+                found.append(f"{plural}/{name}")
+        return found
+
+    # The garbage collector finishes what the foreground delete started: a pod the Job
+    # controller made while its Job was going may outlive cancel() by a moment.
+    await eventually("nothing left of the job", left, lambda found: not found, 60)

@@ -54,6 +54,11 @@ TRAINING_RUNTIMES: Final = ResourceKind(
     "trainer.kubeflow.org", "v1alpha1", "TrainingRuntime", "trainingruntimes"
 )
 """Trainer's namespaced runtimes (``runtimeRef.kind: TrainingRuntime``)."""
+COSCHEDULING_PODGROUPS: Final = ResourceKind(
+    "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
+)
+"""scheduler-plugins' PodGroup, which Trainer makes (named like the TrainJob) for a runtime whose
+``podGroupPolicy`` is ``coscheduling``; its pods are labelled ``scheduling.x-k8s.io/pod-group``."""
 
 
 def runtime_kind(train_job: KubeObject) -> tuple[ResourceKind, str]:
@@ -146,16 +151,22 @@ class JobObjects:
 
         Deleting a TrainJob lets the garbage collector remove its JobSet (and so its Jobs,
         pods and Service) and its PodGroup, but a failed TrainJob's PodGroup is known to stay
-        (kubeflow/trainer#4033): cancellation deletes these by name, each a no-op when gone.
-        The v1 operators delete what they made themselves: nothing.
+        (kubeflow/trainer#4033): cancellation deletes these by name, each a no-op when gone
+        (or when the cluster has no such kind). The PodGroup is Volcano's or, under a
+        ``coscheduling`` runtime, scheduler-plugins'. The v1 operators delete what they made
+        themselves: nothing.
 
         Example:
-            >>> [(kind.kind, name) for kind, name in JobObjects(Dialect.TRAINER, "x").leftovers()]
-            [('JobSet', 'x'), ('PodGroup', 'x')]
+            >>> [(kind.group, name) for kind, name in JobObjects(Dialect.TRAINER, "x").leftovers()]
+            [('jobset.x-k8s.io', 'x'), ('scheduling.volcano.sh', 'x'), ('scheduling.x-k8s.io', 'x')]
         """
         if self.dialect != Dialect.TRAINER:
             return ()
-        return ((JOBSETS, self.name), (VOLCANO_PODGROUPS, self.name))
+        return (
+            (JOBSETS, self.name),
+            (VOLCANO_PODGROUPS, self.name),
+            (COSCHEDULING_PODGROUPS, self.name),
+        )
 
     def is_podgroup(self, obj: KubeObject) -> bool:
         """Whether ``obj`` is one of the job's Volcano PodGroups."""

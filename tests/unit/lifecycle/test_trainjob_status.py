@@ -11,7 +11,7 @@ from typing import Any
 
 from kubedl_prefect.kube.resources import VOLCANO_PODGROUPS
 from kubedl_prefect.lifecycle.diagnosis import replica_name
-from kubedl_prefect.lifecycle.kubernetes.dialects import JOBSETS, JobObjects
+from kubedl_prefect.lifecycle.kubernetes.dialects import COSCHEDULING_PODGROUPS, JOBSETS, JobObjects
 from kubedl_prefect.lifecycle.replicas import replica_states
 from kubedl_prefect.lifecycle.status import (
     Phase,
@@ -219,9 +219,11 @@ def test_trainjob_podgroup_is_named_like_the_job() -> None:
 
 
 def test_cancellation_deletes_the_podgroup_trainer_leaves() -> None:
+    # Volcano's, or scheduler-plugins' under a coscheduling runtime.
     assert JobObjects(Dialect.TRAINER, "x").leftovers() == (
         (JOBSETS, "x"),
         (VOLCANO_PODGROUPS, "x"),
+        (COSCHEDULING_PODGROUPS, "x"),
     )
     assert JobObjects(Dialect.KUBEFLOW, "x").leftovers() == ()
 
