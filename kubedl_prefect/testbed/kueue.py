@@ -109,6 +109,26 @@ WAIT_FOR_PODS_READY: Final[dict[str, Any]] = {
     },
 }
 
+
+def pods_ready_timeout_s() -> float:
+    """:data:`WAIT_FOR_PODS_READY`'s timeout in seconds (a Go duration of minutes or seconds).
+
+    Example:
+        >>> pods_ready_timeout_s()
+        120.0
+    """
+    text = str(WAIT_FOR_PODS_READY["timeout"])
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    total, number = 0.0, ""
+    for char in text:
+        if char.isdigit() or char == ".":
+            number += char
+        else:
+            total += float(number) * units[char]
+            number = ""
+    return total
+
+
 #: Feature gates: the visibility API (Beta, on by default) is an aggregated API server that
 #: binds every interface and needs the aggregation layer, which the test bed does not run.
 FEATURE_GATES: Final = {"VisibilityOnDemand": False}
