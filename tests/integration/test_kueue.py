@@ -497,3 +497,56 @@ async def test_a_preemption_reaches_prefect_as_preempted_and_requeued_events(
     # Kueue preempted it for a higher priority in its own ClusterQueue.
     assert preempted.resource["kubedl.reason"] in ("InClusterQueue", "Preempted")
     assert preempted.occurred <= requeued.occurred
+
+
+# -- cohort borrowing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["kubeflow"], indirect=True)
+async def test_a_job_that_fits_only_by_borrowing_from_its_cohort_is_admitted_and_succeeds(
+    backend: KubernetesBackend, admin: KubeClient, namespace: str
+) -> None:
+    # Its ClusterQueue has 2 GPUs, the job asks for 4: only the idle quota of another
+    # ClusterQueue in the same cohort lets Kueue admit it. Not "above any reachable quota".
+    cohort = f"co-{namespace}"[:63]
+    borrower, lender = f"cqb-{namespace}"[:63], f"cql-{namespace}"[:63]
+    await admin.create(
+        KUEUE_CLUSTER_QUEUES,
+        None,
+        kueue.cluster_queue(borrower, namespace=namespace, gpus=2, cohort=cohort),
+    )
+    await admin.create(
+        KUEUE_CLUSTER_QUEUES,
+        None,
+        kueue.cluster_queue(lender, namespace=f"{namespace}-idle", gpus=4, cohort=cohort),
+    )
+    await admin.create(
+        KUEUE_LOCAL_QUEUES, namespace, kueue.local_queue(namespace, LOCAL_QUEUE, borrower)
+    )
+    try:
+        ref = await backend.submit(job_spec("borrow", gpus=2, run="15s"), key="borrow", attempt=1)
+        seen: list[PhaseUpdate] = []
+        done = asyncio.ensure_future(wait(backend, ref, seen))
+
+        async def borrowed() -> str | None:
+            queue = await admin.get(KUEUE_CLUSTER_QUEUES, None, borrower)
+            for flavor in (queue.get("status") or {}).get("flavorsUsage") or []:
+                for resource in flavor.get("resources") or []:
+                    lent = str(resource.get("borrowed") or "0")
+                    if resource.get("name") == "nvidia.com/gpu" and lent != "0":
+                        return lent
+            return None
+
+        assert await until("the ClusterQueue borrowing GPUs", borrowed) == "2"
+        outcome = await done
+        assert outcome.succeeded, outcome
+        assert outcome.ref.attempt == 1
+        categories = {blocker for blocker, _ in blockers(seen)}
+        assert AdmissionBlocker.QUEUE_CAPABILITY not in categories, blockers(seen)
+        phases = [u.phase for u in seen]
+        assert Phase.FAILED not in phases
+        assert phases[-1] is Phase.SUCCEEDED
+    finally:
+        await admin.delete(KUEUE_LOCAL_QUEUES, namespace, LOCAL_QUEUE)
+        await admin.delete(KUEUE_CLUSTER_QUEUES, None, borrower)
+        await admin.delete(KUEUE_CLUSTER_QUEUES, None, lender)
