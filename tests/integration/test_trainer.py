@@ -718,3 +718,51 @@ replicas:
     # The garbage collector finishes what the foreground delete started: a pod the Job
     # controller made while its Job was going may outlive cancel() by a moment.
     await eventually("nothing left of the job", left, lambda found: not found, 60)
+
+
+async def test_a_gang_the_runtime_does_not_do_is_refused_at_submission(
+    cluster: Cluster, admin_kubeconfig: Path
+) -> None:
+    """A Volcano queue asked of a coscheduling runtime: refused with the reason, nothing sent."""
+    from kubedl_prefect.errors import SpecError
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+    from kubedl_prefect.spec import job_name, loads_spec
+
+    upstream = await cluster.custom.get_cluster_custom_object(
+        GROUP, VERSION, "clustertrainingruntimes", "torch-distributed"
+    )
+    runtime_name = f"cosched-q-{cluster.namespace[-6:]}"
+    await cluster.custom.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "clustertrainingruntimes",
+        trainer.coscheduling_runtime(upstream, runtime_name),
+    )
+    spec = loads_spec(
+        f"""
+name: queued
+image: registry.example/train:1.0
+command: [python, train.py]
+runtime: {{name: {runtime_name}}}
+gang: {{queue: research}}
+replicas:
+  worker: 2
+"""
+    )
+    backend = KubernetesBackend(
+        namespace=cluster.namespace, dialect="trainer", kubeconfig=str(admin_kubeconfig)
+    )
+    try:
+        with pytest.raises(SpecError) as refused:
+            await backend.submit(spec, key="queued", attempt=1)
+    finally:
+        await backend.close()
+        await cluster.custom.delete_cluster_custom_object(
+            GROUP, VERSION, "clustertrainingruntimes", runtime_name
+        )
+    (issue,) = refused.value.issues
+    assert issue.path == "gang.queue"
+    assert "coscheduling, which has no queue" in issue.problem
+    with pytest.raises(ApiException) as absent:
+        await cluster.train_job(job_name(spec.name, "queued", 1))
+    assert absent.value.status == 404

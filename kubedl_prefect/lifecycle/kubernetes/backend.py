@@ -43,6 +43,7 @@ from kubedl_prefect.errors import (
     KubeAPIError,
     KubeDLPrefectError,
     NotFoundError,
+    SpecError,
     WaitTimeoutError,
 )
 from kubedl_prefect.kube.client import KubeClient
@@ -80,7 +81,12 @@ from kubedl_prefect.lifecycle.backend import (
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
 from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
 from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
-from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects, job_kind, read_runtime
+from kubedl_prefect.lifecycle.kubernetes.dialects import (
+    JobObjects,
+    job_kind,
+    read_runtime,
+    runtime_kind,
+)
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
 from kubedl_prefect.lifecycle.kubernetes.kueue import (
     job_workload,
@@ -129,7 +135,7 @@ from kubedl_prefect.spec import (
     validate,
 )
 from kubedl_prefect.spec.kueue import JOB_UID_LABEL
-from kubedl_prefect.spec.renderers.trainer import fit_runtime_patches
+from kubedl_prefect.spec.renderers.trainer import fit_runtime_patches, runtime_issues
 
 logger = logging.getLogger(__name__)
 
@@ -268,6 +274,11 @@ class KubernetesBackend:
             # The runtime names its replicated Jobs; our runtime patch must name the same.
             runtime = await read_runtime(client, self.namespace, manifest)
             if runtime is not None:
+                issues = runtime_issues(spec, runtime)
+                if issues:
+                    raise SpecError(
+                        issues, source=f"{spec.name} (for runtime {runtime_kind(manifest)[1]})"
+                    )
                 manifest = fit_runtime_patches(manifest, runtime)
         try:
             created = await client.create(kind, self.namespace, manifest, dry_run=dry_run)

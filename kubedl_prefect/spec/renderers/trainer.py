@@ -75,6 +75,7 @@ __all__ = [
     "RuntimeJob",
     "fit_runtime_patches",
     "render_trainer",
+    "runtime_issues",
     "runtime_jobs",
     "runtime_pods",
     "trainer_host_suffixes",
@@ -705,6 +706,65 @@ def fit_runtime_patches(manifest: Manifest, runtime: Mapping[str, Any]) -> Manif
             jobs.append({"name": job.name, "template": {"spec": {"template": pod}}})
         template["replicatedJobs"] = jobs
     return fitted
+
+
+def runtime_issues(spec: TrainingJobSpec, runtime: Mapping[str, Any]) -> list[SpecIssue]:
+    """What ``spec`` says of gang scheduling that the runtime it names does not do.
+
+    Offline the runtime is unknown; at submission it is read, and a spec whose ``gang`` says
+    otherwise than the runtime's ``podGroupPolicy`` is refused rather than run ungated: a
+    ``gang.queue`` is a Volcano queue (Trainer reads it only under ``volcano``; a
+    ``coscheduling`` PodGroup has no queue), ``gang.scheduler: volcano`` needs the ``volcano``
+    policy, another scheduler the ``coscheduling`` one, and a ``gang`` at all needs a policy.
+
+    Example:
+        >>> from kubedl_prefect.spec import parse_spec
+        >>> spec = parse_spec({"name": "x", "image": "i", "replicas": {"worker": 2},
+        ...                    "runtime": {"name": "cosched"}, "gang": {"queue": "research"}})
+        >>> cosched = {"metadata": {"name": "cosched"},
+        ...            "spec": {"podGroupPolicy": {"coscheduling": {}}}}
+        >>> [issue.path for issue in runtime_issues(spec, cosched)]
+        ['gang.queue']
+    """
+    gang = spec.gang
+    if gang is None or (gang.queue is None and gang.scheduler is None):
+        return []
+    name = str((runtime.get("metadata") or {}).get("name") or "")
+    policy = (runtime.get("spec") or {}).get("podGroupPolicy") or {}
+    kinds = sorted(k for k in ("volcano", "coscheduling") if k in policy)
+    has = kinds[0] if kinds else None
+    issues: list[SpecIssue] = []
+    fix = "name a runtime whose podGroupPolicy does what gang says (runtime.name), or change gang"
+    if has is None:
+        issues.append(
+            SpecIssue(
+                "gang",
+                f"runtime {name} has no podGroupPolicy: its pods would not be gang-scheduled",
+                fix,
+            )
+        )
+        return issues
+    if gang.queue is not None and has != "volcano":
+        issues.append(
+            SpecIssue(
+                "gang.queue",
+                f"runtime {name} gang-schedules with {has}, which has no queue (Trainer reads "
+                "the queue only under a volcano podGroupPolicy)",
+                f"remove gang.queue, or {fix}",
+            )
+        )
+    if gang.scheduler is not None:
+        wanted = "volcano" if gang.scheduler == "volcano" else "coscheduling"
+        if wanted != has:
+            issues.append(
+                SpecIssue(
+                    "gang.scheduler",
+                    f"gang.scheduler is {gang.scheduler}, but runtime {name} gang-schedules with "
+                    f"{has}",
+                    fix,
+                )
+            )
+    return issues
 
 
 def render_trainer(spec: TrainingJobSpec, options: RenderOptions) -> Manifest:

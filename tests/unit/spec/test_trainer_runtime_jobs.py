@@ -161,3 +161,42 @@ def test_a_not_started_diagnosis_sees_the_runtimes_own_roles() -> None:
     assert expected_replicas(fitted) == 4
     # resourcesPerNode is the trainer Job's: the driver asks for no GPU.
     assert job_total(fitted, "requests.nvidia.com/gpu") == 3
+
+
+def gang_spec(**gang: str) -> Any:
+    return parse_spec(
+        {
+            "name": "g",
+            "image": "i",
+            "replicas": {"worker": 2},
+            "runtime": {"name": "r"},
+            "gang": gang,
+        }
+    )
+
+
+def with_policy(policy: dict[str, Any] | None) -> dict[str, Any]:
+    found = runtime(job("node", "trainer"))
+    found["metadata"] = {"name": "r"}
+    if policy is not None:
+        found["spec"]["podGroupPolicy"] = policy
+    return found
+
+
+def test_what_the_gang_says_must_be_what_the_runtime_does() -> None:
+    from kubedl_prefect.spec.renderers.trainer import runtime_issues
+
+    volcano, cosched = with_policy({"volcano": {}}), with_policy({"coscheduling": {}})
+    assert runtime_issues(gang_spec(queue="research"), volcano) == []
+    assert runtime_issues(gang_spec(scheduler="volcano"), volcano) == []
+    assert runtime_issues(gang_spec(scheduler="scheduler-plugins-scheduler"), cosched) == []
+    assert [i.path for i in runtime_issues(gang_spec(queue="research"), cosched)] == ["gang.queue"]
+    assert [i.path for i in runtime_issues(gang_spec(scheduler="volcano"), cosched)] == [
+        "gang.scheduler"
+    ]
+    (issue,) = runtime_issues(gang_spec(queue="research"), with_policy(None))
+    assert issue.path == "gang"
+    assert "no podGroupPolicy" in issue.problem
+    # A spec without gang settings asks nothing of the runtime.
+    plain = parse_spec({"name": "g", "image": "i", "replicas": {"worker": 2}})
+    assert runtime_issues(plain, with_policy(None)) == []
