@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "retry_if_retryable": "kubedl_prefect.prefect.tasks",
     # function tasks
     "distributed_task": "kubedl_prefect.prefect.functions",
+    "adistributed_task": "kubedl_prefect.prefect.functions",
     "distributed_job": "kubedl_prefect.prefect.functions",
     "current_replica": "kubedl_prefect.prefect.replica",
     # model registry and serving tasks
@@ -99,6 +100,7 @@ __all__ = [
     "acancel_training_job",
     "adelete_flow_run_jobs",
     "adeploy_inference_service",
+    "adistributed_task",
     "agate_model_version",
     "aregister_model",
     "arender_inference_service",
@@ -150,7 +152,11 @@ if TYPE_CHECKING:
     )
     from kubedl_prefect.prefect.context import schedule_slot_key
     from kubedl_prefect.prefect.events import JobEvent
-    from kubedl_prefect.prefect.functions import distributed_job, distributed_task
+    from kubedl_prefect.prefect.functions import (
+        adistributed_task,
+        distributed_job,
+        distributed_task,
+    )
     from kubedl_prefect.prefect.model_blocks import KServeServing, MlflowRegistry
     from kubedl_prefect.prefect.registry_tasks import (
         agate_model_version,

@@ -885,6 +885,22 @@ class TrainingJob(JobBlock[TrainingResult]):
         return await self.areattach(data)
 
 
+def _a_cluster(name: str, loaded: object) -> ClusterBlock:
+    if not isinstance(loaded, KubernetesCluster | LocalCluster):
+        raise KubeDLPrefectError(
+            f"block {name!r} is a {type(loaded).__name__}, not a cluster",
+            hint="name a kubedl-kubernetes-cluster or kubedl-local-cluster block",
+        )
+    return loaded
+
+
+def _no_cluster(name: str) -> KubeDLPrefectError:
+    return KubeDLPrefectError(
+        f"no cluster block named {name!r}",
+        hint="save one first: KubernetesCluster(...).save(name) or LocalCluster().save(name)",
+    )
+
+
 def load_cluster(name: str) -> ClusterBlock:
     """The saved cluster block ``name``: a :class:`KubernetesCluster` or a :class:`LocalCluster`.
 
@@ -895,24 +911,25 @@ def load_cluster(name: str) -> ClusterBlock:
         KubeDLPrefectError: No cluster block has that name, or the block is of another type.
     """
     if "/" in name:
-        loaded = Block.load(name)
-        if not isinstance(loaded, KubernetesCluster | LocalCluster):
-            raise KubeDLPrefectError(
-                f"block {name!r} is a {type(loaded).__name__}, not a cluster",
-                hint="name a kubedl-kubernetes-cluster or kubedl-local-cluster block",
-            )
-        return loaded
+        return _a_cluster(name, Block.load(name))
     for kind in (KubernetesCluster, LocalCluster):
         try:
-            found = kind.load(name)
+            return _a_cluster(name, kind.load(name))
         except ValueError:
             continue
-        assert isinstance(found, KubernetesCluster | LocalCluster)
-        return found
-    raise KubeDLPrefectError(
-        f"no cluster block named {name!r}",
-        hint="save one first: KubernetesCluster(...).save(name) or LocalCluster().save(name)",
-    )
+    raise _no_cluster(name)
+
+
+async def aload_cluster(name: str) -> ClusterBlock:
+    """Async :func:`load_cluster`."""
+    if "/" in name:
+        return _a_cluster(name, await Block.aload(name))
+    for kind in (KubernetesCluster, LocalCluster):
+        try:
+            return _a_cluster(name, await kind.aload(name))
+        except ValueError:
+            continue
+    raise _no_cluster(name)
 
 
 _Block = TypeVar("_Block", bound=Block)

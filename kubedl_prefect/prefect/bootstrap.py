@@ -5,7 +5,9 @@ joins the job's torch process group when torch is importable and the job has mor
 replica (``gloo`` on the CPU, ``nccl`` where CUDA is; ``$KUBEDL_PREFECT_PROCESS_GROUP`` says
 otherwise), loads the function and its arguments the task sent (only that payload: its SHA-256
 is checked), calls it, and leaves in the job's checkpoint directory rank 0's return value, or
-the error record of a replica whose function raised (and exits 1, its traceback on stderr).
+the error record of a replica whose function raised (and exits 1, its traceback on stderr). On a
+Kubernetes cluster (``$KUBEDL_PREFECT_TERMINATION_MESSAGE`` set) it also leaves the same in the
+container's termination message, where the flow reads it from the pod's status.
 
 With a loopback ``MASTER_ADDR`` (a ``LocalCluster``) the rendezvous store listens there only:
 torch's own ``env://`` store would listen on every interface of the machine.
@@ -32,14 +34,17 @@ from kubedl_prefect.prefect.replica import (
     EXIT_FUNCTION_RAISED,
     EXIT_OTHER_RANK_FAILED,
     PROCESS_GROUP_ENV,
+    TERMINATION_MESSAGE_ENV,
     Replica,
     ReplicaError,
     clear_outputs,
     current_replica,
     load_call,
     read_payload,
+    termination_message,
     write_error,
     write_result,
+    write_termination_message,
 )
 
 
@@ -165,6 +170,17 @@ def _call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return value
 
 
+def _leave_message(**what: Any) -> None:
+    """Leave rank 0's value or this replica's error in the termination message, if asked to."""
+    path = os.environ.get(TERMINATION_MESSAGE_ENV)
+    if not path:
+        return
+    try:
+        write_termination_message(Path(path), termination_message(**what))
+    except OSError as exc:  # the flow then says the message is missing; the log says why
+        print(f"cannot write the termination message {path}: {exc}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     """Run the task's function as this replica; 0 when it (and every other rank's) returned."""
     replica = current_replica()
@@ -182,7 +198,9 @@ def main() -> int:
         except BaseException as exc:
             traceback.print_exc()
             sys.stderr.flush()
-            write_error(outputs, ReplicaError.of(replica.rank, exc))
+            error = ReplicaError.of(replica.rank, exc)
+            write_error(outputs, error)
+            _leave_message(error=error)
             if store is not None:
                 report_and_wait(store, replica, ok=False)
             return EXIT_FUNCTION_RAISED
@@ -200,8 +218,11 @@ def main() -> int:
                 write_result(outputs, value)
             except Exception as exc:  # a value cloudpickle cannot write
                 traceback.print_exc()
-                write_error(outputs, ReplicaError.of(replica.rank, exc))
+                error = ReplicaError.of(replica.rank, exc)
+                write_error(outputs, error)
+                _leave_message(error=error)
                 return EXIT_FUNCTION_RAISED
+            _leave_message(value=value)
         return 0
     finally:
         _leave_process_group()

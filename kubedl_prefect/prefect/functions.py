@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar, overload
 
@@ -45,10 +45,12 @@ from prefect.tasks import Task
 from kubedl_prefect.errors import JobFailedError, KubeDLPrefectError, ReplicaFunctionError
 from kubedl_prefect.prefect.blocks import (
     ClusterBlock,
+    KubernetesCluster,
     LocalCluster,
     RetrySettings,
     TrainingJob,
     WaitSettings,
+    aload_cluster,
     load_cluster,
 )
 from kubedl_prefect.prefect.context import RunContext
@@ -57,17 +59,23 @@ from kubedl_prefect.prefect.replica import (
     MAX_INLINE_PAYLOAD_BYTES,
     MAX_PAYLOAD_BYTES,
     PROCESS_GROUP_ENV,
+    TERMINATION_MESSAGE_ENV,
+    TERMINATION_MESSAGE_PATH,
     ReplicaError,
     digest,
     dump_call,
     payload_env,
     read_errors,
     read_result,
+    read_termination_message,
     write_payload_file,
 )
-from kubedl_prefect.prefect.tasks import _TASK_OPTIONS, run_training_job
+from kubedl_prefect.prefect.results import TrainingResult
+from kubedl_prefect.prefect.sync import run_in_caller_context
+from kubedl_prefect.prefect.tasks import _TASK_OPTIONS, arun_training_job, run_training_job
 from kubedl_prefect.spec import Role
 from kubedl_prefect.spec.naming import max_spec_name_length
+from kubedl_prefect.spec.types import FRAMEWORKS, Dialect, Framework
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -80,6 +88,10 @@ CHECKPOINT_MOUNT = "/checkpoints"
 """Where a job's checkpoint location is on a cluster (the result and error records go there)."""
 
 ProcessGroup = Literal["auto", "gloo", "nccl", "none"]
+_OWN_SPEC_FIELDS = frozenset(
+    {"name", "framework", "image", "command", "args", "replicas", "env", "checkpoint"}
+    | {"volumes", "resources", "podTemplate", "pod_template"}
+)
 
 
 def spec_name_for(function_name: str, replicas: int) -> str:
@@ -115,6 +127,40 @@ def replica_name(rank: int) -> str:
     return "master-0" if rank == 0 else f"worker-{rank - 1}"
 
 
+def rank_zero_message(
+    pods: Sequence[Mapping[str, Any]], container: str
+) -> tuple[str | None, str | None]:
+    """Rank 0's pod among a job's pods, and its training container's termination message.
+
+    Returns:
+        ``(pod name, message)``; the message is ``None`` while the container has not ended or
+        left none, the pod's name ``None`` when no pod is rank 0's (``master-0``).
+
+    Example:
+        >>> pod = {"metadata": {"name": "fn-a1-master-0", "labels": {"replica-type": "master",
+        ...        "replica-index": "0"}}, "status": {"containerStatuses": [{"name": "pytorch",
+        ...        "state": {"terminated": {"exitCode": 0, "message": '{"result": 1}'}}}]}}
+        >>> rank_zero_message([pod], "pytorch")
+        ('fn-a1-master-0', '{"result": 1}')
+        >>> rank_zero_message([], "pytorch")
+        (None, None)
+    """
+    from kubedl_prefect.lifecycle.replicas import replica_state
+
+    for pod in pods:
+        state = replica_state(dict(pod))
+        if state.replica != replica_name(0):
+            continue
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") != container:
+                continue
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            message = terminated.get("message")
+            return state.pod, (str(message) if message else None)
+        return state.pod, None
+    return None, None
+
+
 class DistributedFunction:
     """The settings of a :func:`distributed_task` and what it does with one call.
 
@@ -140,6 +186,7 @@ class DistributedFunction:
         timeouts: WaitSettings | Mapping[str, Any] | None,
         name: str | None,
         max_payload_bytes: int,
+        spec_fields: Mapping[str, Any] | None = None,
     ):
         if replicas < 1:
             raise ValueError(f"replicas must be at least 1, not {replicas}")
@@ -163,8 +210,16 @@ class DistributedFunction:
             if isinstance(timeouts, WaitSettings)
             else WaitSettings.model_validate(timeouts or {})
         )
-        self.spec_name = spec_name_for(name or fn.__name__, replicas)
+        self.name = name or fn.__name__
+        self.spec_name = spec_name_for(self.name, replicas)
         self.max_payload_bytes = max_payload_bytes
+        self.spec_fields = dict(spec_fields or {})
+        taken = sorted(set(self.spec_fields) & _OWN_SPEC_FIELDS)
+        if taken:
+            raise KubeDLPrefectError(
+                f"function task {self.spec_name!r}: spec_fields may not set {', '.join(taken)}",
+                hint="the decorator sets those from its own arguments (replicas=, image=, env=...)",
+            )
 
     def resolved_cluster(self) -> ClusterBlock:
         """The cluster block: the one given, the saved one of that name, or this machine."""
@@ -173,6 +228,12 @@ class DistributedFunction:
         if isinstance(self.cluster, str):
             return load_cluster(self.cluster)
         return self.cluster
+
+    async def aresolved_cluster(self) -> ClusterBlock:
+        """Async :meth:`resolved_cluster` (loads a saved block without blocking the loop)."""
+        if isinstance(self.cluster, str):
+            return await aload_cluster(self.cluster)
+        return self.resolved_cluster()
 
     def training_job(
         self,
@@ -208,6 +269,8 @@ class DistributedFunction:
         else:
             file = None
         env = {**self.env, **payload_env(data, file=file), PROCESS_GROUP_ENV: self.process_group}
+        if not local:  # rank 0's value comes back in its container's termination message
+            env[TERMINATION_MESSAGE_ENV] = TERMINATION_MESSAGE_PATH
         checkpoint: dict[str, Any] = {"location": CHECKPOINT_MOUNT}
         volumes: list[dict[str, Any]] | None = None
         if self.checkpoint_pvc is not None:
@@ -225,8 +288,15 @@ class DistributedFunction:
         }
         if volumes is not None:
             spec["volumes"] = volumes
+        if not local:
+            container = {
+                "name": self.container_name,
+                "terminationMessagePath": TERMINATION_MESSAGE_PATH,
+            }
+            spec["podTemplate"] = {"spec": {"containers": [container]}}
         if self.resources:
             spec["resources"] = self.resources
+        spec.update(self.spec_fields)
         return TrainingJob(
             spec=spec,
             cluster=cluster,
@@ -236,6 +306,11 @@ class DistributedFunction:
             timeouts=self.timeouts,
         )
 
+    @property
+    def container_name(self) -> str:
+        """The training container's name in the job's pods (``pytorch``)."""
+        return FRAMEWORKS[Framework.PYTORCH].container_name(Dialect(self.dialect))
+
     def key(self, job: TrainingJob) -> str:
         """The logical job's key: the flow run's default for this task, and the call's digest."""
         spec = job.training_spec()
@@ -244,29 +319,80 @@ class DistributedFunction:
 
     def run(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
         """Run one call on every replica; rank 0's return value."""
-        cluster = self.resolved_cluster()
-        job = self.training_job(args, kwargs, cluster=cluster)
-        key = self.key(job)
-        outputs = self._outputs(job, key)
+        job, key, outputs = self._prepare(self.resolved_cluster(), args, kwargs)
         try:
             result = run_training_job.fn(job, key=key)
         except JobFailedError as exc:
             raise self._replica_error(exc, outputs) from exc
-        errors = read_errors(outputs) if outputs is not None else []
-        if errors:  # a PyTorch job succeeds with its master, whatever a worker did
+        if outputs is None:
+            cluster = job.cluster
+            return run_in_caller_context(lambda: self._from_pod(cluster, result))
+        return self._from_outputs(outputs)
+
+    async def arun(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """Async :meth:`run`."""
+        job, key, outputs = self._prepare(await self.aresolved_cluster(), args, kwargs)
+        try:
+            result = await arun_training_job.fn(job, key=key)
+        except JobFailedError as exc:
+            raise self._replica_error(exc, outputs) from exc
+        if outputs is None:
+            return await self._from_pod(job.cluster, result)
+        return self._from_outputs(outputs)
+
+    def _prepare(
+        self, cluster: ClusterBlock, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    ) -> tuple[TrainingJob, str, Path | None]:
+        job = self.training_job(args, kwargs, cluster=cluster)
+        key = self.key(job)
+        return job, key, self._outputs(job, key)
+
+    def _from_outputs(self, outputs: Path) -> Any:
+        """Rank 0's value from the job's checkpoint directory (a ``LocalCluster``)."""
+        if read_errors(outputs):  # a PyTorch job succeeds with its master, whatever a worker did
             failed = JobFailedError(
                 f"function task {self.spec_name!r}: a replica's function raised", retryable=False
             )
             raise self._replica_error(failed, outputs)
-        if outputs is None:
+        return read_result(outputs)
+
+    async def _from_pod(self, cluster: ClusterBlock, result: TrainingResult) -> Any:
+        """Rank 0's value from its pod's termination message (a Kubernetes cluster)."""
+        if not isinstance(cluster, KubernetesCluster):
             get_run_logger().warning(
-                "function task %s ran on a Kubernetes cluster: rank 0's return value stays in "
-                "its checkpoint location (%s); the task returns None",
+                "function task %s ran on a %s: rank 0's return value stays in its checkpoint "
+                "location (%s); the task returns None",
                 self.spec_name,
+                type(cluster).__name__,
                 result.checkpoint,
             )
             return None
-        return read_result(outputs)
+        from kubedl_prefect.kube.credentials import connect
+        from kubedl_prefect.kube.resources import PODS
+        from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects
+
+        ref = result.job_ref
+        label, value = JobObjects(Dialect(ref.dialect), ref.name).pod_label
+        async with await connect(cluster.credentials()) as client:
+            pods = (await client.list(PODS, ref.namespace, label_selector=f"{label}={value}")).items
+        pod, message = rank_zero_message(pods, self.container_name)
+        where = f"pod {ref.namespace}/{pod}"
+        if message is None:
+            raise KubeDLPrefectError(
+                f"function task {self.spec_name!r}: the job succeeded but rank 0's "
+                + (f"{where} left no termination message" if pod else "pod is gone"),
+                hint="rank 0's value comes back in its container's termination message: keep "
+                "the job's pods until the task ends (cleanPodPolicy Running or None), and run "
+                "it on nodes whose kubelet writes state.terminated.message",
+            )
+        read = read_termination_message(message, where=where)
+        if read.error is not None:  # rank 0 returned, but its value could not be written
+            failed = JobFailedError(
+                f"function task {self.spec_name!r}: rank 0's value could not be sent",
+                retryable=False,
+            )
+            raise self._replica_error(failed, None, [read.error])
+        return read.result
 
     def _outputs(self, job: TrainingJob, key: str) -> Path | None:
         """Where rank 0's result and the error records are, seen from here (local only)."""
@@ -280,8 +406,13 @@ class DistributedFunction:
         location = backend.checkpoint_location(job.training_spec(), key)
         return None if location is None else Path(location)
 
-    def _replica_error(self, exc: JobFailedError, outputs: Path | None) -> JobFailedError:
-        errors = read_errors(outputs) if outputs is not None else []
+    def _replica_error(
+        self,
+        exc: JobFailedError,
+        outputs: Path | None,
+        records: Sequence[ReplicaError] = (),
+    ) -> JobFailedError:
+        errors = list(records) or (read_errors(outputs) if outputs is not None else [])
         if not errors:
             return exc
         first: ReplicaError = errors[0]
@@ -331,6 +462,7 @@ def distributed_task(
     timeouts: WaitSettings | Mapping[str, Any] | None = None,
     name: str | None = None,
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    spec_fields: Mapping[str, Any] | None = None,
     **task_options: Any,
 ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
@@ -352,6 +484,7 @@ def distributed_task(
     timeouts: WaitSettings | Mapping[str, Any] | None = None,
     name: str | None = None,
     max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    spec_fields: Mapping[str, Any] | None = None,
     **task_options: Any,
 ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
     """Make a function a distributed training step: a Prefect task that runs it on every replica.
@@ -384,7 +517,14 @@ def distributed_task(
         name: The task's and the spec's name (default: the function's).
         max_payload_bytes: The most the serialized call may weigh (1 MiB; 256 KiB at most on
             Kubernetes, where the call is inline in the job).
+        spec_fields: More fields of the job's spec (``nodeSelector``, ``tolerations``,
+            ``priorityClassName``, ``queue``...), except those the arguments above set.
         **task_options: Passed to Prefect's ``@task`` (``tags``, ``retries``...).
+
+    On a Kubernetes cluster rank 0's value comes back in its container's termination message
+    (:mod:`~kubedl_prefect.prefect.replica`): as JSON, at most 4 KiB.
+
+    Async flows use the twin :func:`adistributed_task`, whose task they ``await``.
 
     Returns:
         A Prefect task returning rank 0's return value.
@@ -392,39 +532,142 @@ def distributed_task(
     Raises:
         ReplicaFunctionError: (when called) a replica's function raised; names the replica, its
             rank, exit code and the traceback's last line.
-        FunctionPayloadTooLargeError: (when called) the call is larger than the limit.
+        FunctionPayloadTooLargeError: (when called) the call is larger than the limit, or (on
+            Kubernetes) rank 0's value is larger than a termination message.
     """
 
     def decorate(function: Callable[P, R]) -> Task[P, R]:
-        settings = DistributedFunction(
-            function,
-            replicas=replicas,
-            cluster=cluster,
-            resources=resources,
-            image=image,
-            dialect=dialect,
-            namespace=namespace,
-            env=env,
-            checkpoint_pvc=checkpoint_pvc,
-            process_group=process_group,
-            retry=retry,
-            timeouts=timeouts,
-            name=name,
-            max_payload_bytes=max_payload_bytes,
-        )
+        settings = settings_of(function)
 
         @functools.wraps(function)
         def run_on_replicas(*args: Any, **kwargs: Any) -> Any:
             return settings.run(args, kwargs)
 
-        run_on_replicas.__kubedl_function__ = settings  # type: ignore[attr-defined]
-        options = {**_TASK_OPTIONS, "name": name or function.__name__, **task_options}
-        made: Task[P, R] = task(run_on_replicas, **options)
-        return made
+        return _as_task(run_on_replicas, settings, task_options)
 
-    if fn is not None:
-        return decorate(fn)
-    return decorate
+    settings_of = functools.partial(
+        DistributedFunction,
+        replicas=replicas,
+        cluster=cluster,
+        resources=resources,
+        image=image,
+        dialect=dialect,
+        namespace=namespace,
+        env=env,
+        checkpoint_pvc=checkpoint_pvc,
+        process_group=process_group,
+        retry=retry,
+        timeouts=timeouts,
+        name=name,
+        max_payload_bytes=max_payload_bytes,
+        spec_fields=spec_fields,
+    )
+    return decorate(fn) if fn is not None else decorate
+
+
+@overload
+def adistributed_task(fn: Callable[P, R], /) -> Task[P, Coroutine[Any, Any, R]]: ...
+
+
+@overload
+def adistributed_task(
+    fn: None = None,
+    /,
+    *,
+    replicas: int = 2,
+    cluster: ClusterBlock | str | None = None,
+    resources: Mapping[str, Any] | None = None,
+    image: str | None = None,
+    dialect: Literal["kubedl", "kubeflow"] = "kubedl",
+    namespace: str | None = None,
+    env: Mapping[str, str] | None = None,
+    checkpoint_pvc: str | None = None,
+    process_group: ProcessGroup = "auto",
+    retry: RetrySettings | Mapping[str, Any] | None = None,
+    timeouts: WaitSettings | Mapping[str, Any] | None = None,
+    name: str | None = None,
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    spec_fields: Mapping[str, Any] | None = None,
+    **task_options: Any,
+) -> Callable[[Callable[P, R]], Task[P, Coroutine[Any, Any, R]]]: ...
+
+
+def adistributed_task(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    replicas: int = 2,
+    cluster: ClusterBlock | str | None = None,
+    resources: Mapping[str, Any] | None = None,
+    image: str | None = None,
+    dialect: Literal["kubedl", "kubeflow"] = "kubedl",
+    namespace: str | None = None,
+    env: Mapping[str, str] | None = None,
+    checkpoint_pvc: str | None = None,
+    process_group: ProcessGroup = "auto",
+    retry: RetrySettings | Mapping[str, Any] | None = None,
+    timeouts: WaitSettings | Mapping[str, Any] | None = None,
+    name: str | None = None,
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES,
+    spec_fields: Mapping[str, Any] | None = None,
+    **task_options: Any,
+) -> Task[P, Coroutine[Any, Any, R]] | Callable[[Callable[P, R]], Task[P, Coroutine[Any, Any, R]]]:
+    """Async :func:`distributed_task`: the same settings, a task that async flows ``await``.
+
+    The function itself is the same kind as for :func:`distributed_task` (it runs on the
+    replicas); only the flow's side waits without blocking its event loop, so one async flow
+    can run several distributed steps at once::
+
+        import asyncio
+        from prefect import flow
+        from kubedl_prefect.prefect import LocalCluster, adistributed_task
+
+        @adistributed_task(replicas=2, cluster=LocalCluster(max_processes=4))
+        def shard_sum(shard: int) -> float:
+            ...
+
+        @flow
+        async def sums() -> list[float]:
+            return await asyncio.gather(shard_sum(1), shard_sum(2))
+    """
+
+    def decorate(function: Callable[P, R]) -> Task[P, Coroutine[Any, Any, R]]:
+        settings = settings_of(function)
+
+        @functools.wraps(function)
+        async def run_on_replicas(*args: Any, **kwargs: Any) -> Any:
+            return await settings.arun(args, kwargs)
+
+        return _as_task(run_on_replicas, settings, task_options)
+
+    settings_of = functools.partial(
+        DistributedFunction,
+        replicas=replicas,
+        cluster=cluster,
+        resources=resources,
+        image=image,
+        dialect=dialect,
+        namespace=namespace,
+        env=env,
+        checkpoint_pvc=checkpoint_pvc,
+        process_group=process_group,
+        retry=retry,
+        timeouts=timeouts,
+        name=name,
+        max_payload_bytes=max_payload_bytes,
+        spec_fields=spec_fields,
+    )
+    return decorate(fn) if fn is not None else decorate
+
+
+def _as_task(
+    body: Callable[..., Any], settings: DistributedFunction, task_options: Mapping[str, Any]
+) -> Task[Any, Any]:
+    """The Prefect task of a distributed function: ``body`` with the tasks' options."""
+    body.__kubedl_function__ = settings  # type: ignore[attr-defined]
+    options = {**_TASK_OPTIONS, "name": settings.name, **task_options}
+    made: Task[Any, Any] = task(body, **options)
+    return made
 
 
 def function_of(distributed: Task[..., Any]) -> DistributedFunction:
@@ -459,6 +702,7 @@ def distributed_job(distributed: Task[..., Any], *args: Any, **kwargs: Any) -> T
 
 __all__ = [
     "DistributedFunction",
+    "adistributed_task",
     "distributed_job",
     "distributed_task",
     "function_of",

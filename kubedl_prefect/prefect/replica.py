@@ -14,6 +14,15 @@ leaves what the flow reads back in the job's checkpoint directory: rank 0's retu
 (:func:`write_result`) or, for a replica whose function raised, an error record
 (:func:`write_error`: rank, exception type, the traceback's last line).
 
+On a Kubernetes cluster the checkpoint directory is usually not the flow's to read, so the same
+two things also travel in the container's termination message (:func:`termination_message`,
+:func:`read_termination_message`): the file at ``terminationMessagePath``, which the kubelet
+copies into the pod's status (``state.terminated.message``) when the container exits, at most
+4 KiB. It is the path Kubernetes gives a container's last word (Tekton returns its task results
+the same way), it needs no volume, no API access from the pod and no extra object, and it goes
+with the pod. The value travels as JSON, not as a pickle: the flow would otherwise run code that
+anyone allowed to write a pod's status could put there.
+
 This module imports neither Prefect nor torch: it is what a replica loads first.
 """
 
@@ -49,6 +58,13 @@ FUNCTION_SHA256_ENV = "KUBEDL_PREFECT_FUNCTION_SHA256"
 """The payload's SHA-256, hex: a replica refuses any other payload."""
 PROCESS_GROUP_ENV = "KUBEDL_PREFECT_PROCESS_GROUP"
 """The torch process group's backend (``gloo``, ``nccl``), ``auto`` or ``none``."""
+TERMINATION_MESSAGE_ENV = "KUBEDL_PREFECT_TERMINATION_MESSAGE"
+"""Where the container's termination message file is (a Kubernetes cluster): rank 0 writes its
+return value there, a replica whose function raised its error record."""
+TERMINATION_MESSAGE_PATH = "/kubedl-prefect/termination-log"
+"""The ``terminationMessagePath`` a function task's containers get (outside ``/dev``)."""
+MAX_TERMINATION_MESSAGE_BYTES = 4096
+"""The most a kubelet keeps of a termination message (it cuts the rest): 4 KiB."""
 
 MAX_PAYLOAD_BYTES = 1024 * 1024
 """The largest serialized call (1 MiB): beyond it, ship data as files or an image."""
@@ -393,3 +409,124 @@ def read_errors(directory: Path) -> list[ReplicaError]:
         except (OSError, ValueError, KeyError, TypeError):
             continue
     return sorted(found, key=lambda error: (error.time, error.rank))
+
+
+# -- the termination message (a Kubernetes cluster) ------------------------------------------
+
+
+def termination_message(
+    *,
+    value: Any = None,
+    error: ReplicaError | None = None,
+    limit: int = MAX_TERMINATION_MESSAGE_BYTES,
+) -> str:
+    """What a replica leaves in its termination message: rank 0's value, or its error record.
+
+    The value goes as JSON (tuples become lists). One that JSON cannot hold, or that takes more
+    than ``limit`` bytes, is replaced by a note saying so, which the flow turns into an error.
+
+    Example:
+        >>> termination_message(value={"loss": 0.25, "rank": 0})
+        '{"result": {"loss": 0.25, "rank": 0}}'
+        >>> termination_message(value="x" * 5000)
+        '{"too_large": 5014, "limit": 4096}'
+        >>> termination_message(value={1, 2})
+        '{"not_json": "set"}'
+    """
+    if error is not None:
+        return json.dumps({"error": asdict(error)})
+    try:
+        text = json.dumps({"result": value})
+    except (TypeError, ValueError):
+        return json.dumps({"not_json": type(value).__name__})
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        return json.dumps({"too_large": size, "limit": limit})
+    return text
+
+
+def write_termination_message(path: Path, text: str) -> None:
+    """Write ``text`` to the termination message file (the kubelet reads it at exit)."""
+    path.write_text(text, encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class TerminationMessage:
+    """A replica's termination message, read back by the flow.
+
+    Attributes:
+        result: Rank 0's return value (when ``ok``).
+        ok: Whether it holds a return value.
+        error: The record of a replica whose function raised, if that is what it holds.
+    """
+
+    result: Any = None
+    ok: bool = False
+    error: ReplicaError | None = None
+
+
+def read_termination_message(text: str, *, where: str) -> TerminationMessage:
+    """Parse a termination message written by :func:`termination_message` (JSON, never code).
+
+    Args:
+        text: ``state.terminated.message`` of the container.
+        where: The pod it comes from, for the errors' messages.
+
+    Raises:
+        FunctionPayloadTooLargeError: Rank 0's value was larger than a message may be.
+        KubeDLPrefectError: The value was not JSON, or the message is not one of ours.
+
+    Example:
+        >>> read_termination_message('{"result": [1, 2]}', where="pod/m-0").result
+        [1, 2]
+        >>> record = '{"error": {"rank": 1, "error_type": "E", "last_line": "E: no"}}'
+        >>> read_termination_message(record, where="pod/w-0").error.rank
+        1
+    """
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        raise KubeDLPrefectError(
+            f"the termination message of {where} is not a function task's "
+            f"({len(text)} characters: {text[:80]!r})",
+            hint="something else wrote the container's terminationMessagePath, or the message "
+            "was cut at 4 KiB; run the task again",
+        )
+    if "result" in data:
+        return TerminationMessage(result=data["result"], ok=True)
+    if "too_large" in data:
+        size, limit = int(data["too_large"]), int(data.get("limit", MAX_TERMINATION_MESSAGE_BYTES))
+        raise FunctionPayloadTooLargeError(
+            f"rank 0's return value takes {size} bytes as JSON ({where}), more than the "
+            f"{limit} bytes a pod's termination message may carry",
+            size=size,
+            limit=limit,
+            hint="return a small value (metrics, a path); write large outputs to the checkpoint "
+            "directory ($KUBEDL_PREFECT_CHECKPOINT_DIR, on a checkpoint_pvc) or an object store",
+        )
+    if "not_json" in data:
+        raise KubeDLPrefectError(
+            f"rank 0's return value is a {data['not_json']}, which cannot come back from a "
+            f"Kubernetes pod ({where}): it travels as JSON",
+            hint="return numbers, strings, lists and dicts (e.g. float(loss), tensor.tolist())",
+        )
+    if isinstance(data.get("error"), dict):
+        record = data["error"]
+        try:
+            error = ReplicaError(
+                rank=int(record["rank"]),
+                error_type=str(record["error_type"]),
+                last_line=str(record["last_line"]),
+                exit_code=int(record.get("exit_code", EXIT_FUNCTION_RAISED)),
+                time=float(record.get("time", 0.0)),
+            )
+        except (KeyError, TypeError, ValueError):
+            error = None
+        if error is not None:
+            return TerminationMessage(error=error)
+    raise KubeDLPrefectError(
+        f"the termination message of {where} is not a function task's: {text[:80]!r}",
+        hint="something else wrote the container's terminationMessagePath; run the task again",
+    )

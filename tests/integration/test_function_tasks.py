@@ -4,6 +4,8 @@ A flow whose training step is a ``@distributed_task`` function: the ready flow
 ``train-function`` trains the shipped example model (PyTorch DDP, gloo) on 2 local processes and
 returns rank 0's metrics; a function that raises on rank 1 fails the task with an error naming
 replica ``worker-0`` (rank 1), its exit code and the traceback's last line.
+On the test bed, a decorated function runs on 2 real process pods made by the real KubeDL
+operator, and rank 0's value comes back through its container's termination message.
 
 Needs torch (installed into this environment by ``test_local_ddp``'s fixture when missing).
 """
@@ -19,8 +21,15 @@ import pytest
 from prefect import flow
 
 from kubedl_prefect.errors import ReplicaFunctionError
-from kubedl_prefect.prefect import LocalCluster, current_replica, distributed_task
+from kubedl_prefect.prefect import (
+    KubernetesCluster,
+    LocalCluster,
+    current_replica,
+    distributed_task,
+)
 from kubedl_prefect.prefect.flows.function_training import train_function
+from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
+from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.test_local_ddp import torch_installed
 
 pytestmark = pytest.mark.integration
@@ -90,3 +99,46 @@ def test_a_function_that_raises_on_rank_1_fails_the_task_naming_replica_1(
     assert error.last_line == "ValueError: rank 1 refuses shard 7"
     assert "replica worker-0 (rank 1 of 2) failed with exit code 1" in str(error)
     assert not error.retryable
+
+
+@pytest.mark.long
+@pytest.mark.timeout(900)
+def test_on_two_real_pods_rank_0s_value_comes_back_in_its_termination_message(
+    prefect_server: dict[str, str], testbed: Testbed, admin_kubeconfig: Path, namespace: str
+) -> None:
+    testbed.start_process_node()
+    on_process_node = {
+        "nodeSelector": {PROCESS_NODE_LABEL: "true"},
+        "tolerations": [{"key": PROCESS_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}],
+    }
+
+    @distributed_task(
+        replicas=2,
+        cluster=KubernetesCluster(kubeconfig_path=str(admin_kubeconfig), namespace=namespace),
+        image="python:3.11",  # the process node runs it in this project's environment
+        process_group="none",
+        retry={"max_attempts": 1},
+        spec_fields=on_process_node,
+    )
+    def who(tag: str) -> dict[str, object]:
+        import socket
+
+        replica = current_replica()
+        return {
+            "tag": tag,
+            "rank": replica.rank,
+            "world_size": replica.world_size,
+            "host": socket.gethostname(),
+        }
+
+    @flow
+    def ask(tag: str) -> dict[str, object]:
+        return who(tag)
+
+    answer = ask("from a pod")
+    assert {k: answer[k] for k in ("tag", "rank", "world_size")} == {
+        "tag": "from a pod",
+        "rank": 0,
+        "world_size": 2,
+    }
+    assert str(answer["host"]).endswith("master-0")  # the master pod's own host name

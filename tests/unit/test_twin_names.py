@@ -47,6 +47,22 @@ def is_async(value: Any) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
 
 
+def makes_tasks(value: Any) -> bool:
+    """Whether ``value`` is a task decorator (``distributed_task``): its face is its tasks'."""
+    if not inspect.isfunction(value):
+        return False
+    return "Task[" in str(inspect.signature(value).return_annotation)
+
+
+def decorated(decorator: Any) -> Any:
+    """What ``decorator`` makes of a plain function."""
+
+    def step(epochs: int) -> int:
+        return epochs
+
+    return decorator(step)
+
+
 @pytest.mark.parametrize("module_name", FACADES)
 def test_public_names_follow_the_twin_rule(module_name: str) -> None:
     names = public(module_name)
@@ -60,6 +76,17 @@ def test_public_names_follow_the_twin_rule(module_name: str) -> None:
             continue
         if not callable(value):
             continue
+        if makes_tasks(value):
+            # A decorator's face is its tasks': a coroutine task from the ``a`` one.
+            assert is_async(decorated(value)) is name.startswith("a"), f"{module_name}.{name}"
+            twin = names.get(name[1:]) if name.startswith("a") else None
+            if twin is not None:
+                assert makes_tasks(twin), name[1:]
+                assert not is_async(decorated(twin)), name[1:]
+                assert list(inspect.signature(twin).parameters.values()) == list(
+                    inspect.signature(value).parameters.values()
+                ), name
+            continue
         if is_async(value):
             assert name.startswith("a"), f"{module_name}.{name} is async: name it a<sync name>"
             twin = names.get(name[1:])
@@ -70,6 +97,19 @@ def test_public_names_follow_the_twin_rule(module_name: str) -> None:
                 ), name
         elif f"a{name}" in names:
             assert is_async(names[f"a{name}"]), f"{module_name}.a{name}"
+
+
+def test_a_task_decorator_and_its_twin_make_the_same_task_with_each_face() -> None:
+    """``distributed_task``/``adistributed_task``: same options, same task, sync vs coroutine."""
+    prefect_names = public("kubedl_prefect.prefect")
+    sync_task = decorated(prefect_names["distributed_task"])
+    async_task = decorated(prefect_names["adistributed_task"])
+    assert not is_async(sync_task)
+    assert is_async(async_task)
+    assert sync_task.name == async_task.name == "step"
+    assert inspect.signature(sync_task.fn) == inspect.signature(async_task.fn)
+    for option in ("retries", "retry_delay_seconds", "retry_condition_fn", "cache_policy"):
+        assert getattr(sync_task, option) == getattr(async_task, option), option
 
 
 def test_the_facades_export_both_faces_of_each_twin() -> None:

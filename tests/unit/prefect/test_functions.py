@@ -27,9 +27,11 @@ from kubedl_prefect.prefect import bootstrap
 from kubedl_prefect.prefect.blocks import KubernetesCluster, LocalCluster
 from kubedl_prefect.prefect.functions import (
     DistributedFunction,
+    adistributed_task,
     distributed_job,
     distributed_task,
     function_of,
+    rank_zero_message,
     replica_name,
     spec_name_for,
 )
@@ -38,7 +40,10 @@ from kubedl_prefect.prefect.replica import (
     FUNCTION_FILE_ENV,
     FUNCTION_SHA256_ENV,
     MAX_INLINE_PAYLOAD_BYTES,
+    MAX_TERMINATION_MESSAGE_BYTES,
     RESULT_FILE,
+    TERMINATION_MESSAGE_ENV,
+    TERMINATION_MESSAGE_PATH,
     Replica,
     ReplicaError,
     current_replica,
@@ -49,6 +54,8 @@ from kubedl_prefect.prefect.replica import (
     read_errors,
     read_payload,
     read_result,
+    read_termination_message,
+    termination_message,
     write_error,
     write_payload_file,
     write_result,
@@ -232,6 +239,83 @@ def test_a_swapped_payload_file_is_refused_by_the_replica(
     assert "not the one the task produced" in error.last_line
 
 
+def test_on_kubernetes_the_bootstrap_leaves_rank_zeros_value_in_its_termination_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _replica_env(monkeypatch, tmp_path, scaled, [1.0, 2.0], 10.0)
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv(TERMINATION_MESSAGE_ENV, str(message))
+    assert bootstrap.main() == 0
+    read = read_termination_message(message.read_text(), where="pod ml/fn-master-0")
+    assert (read.ok, read.result, read.error) == (True, {"sum": 30.0}, None)
+
+
+def test_on_kubernetes_a_replica_that_raises_leaves_its_record_as_its_termination_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def refuse() -> None:
+        raise ValueError("rank 1 refuses")
+
+    _replica_env(monkeypatch, tmp_path, refuse)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv(TERMINATION_MESSAGE_ENV, str(message))
+    assert bootstrap.main() == 1
+    read = read_termination_message(message.read_text(), where="pod ml/fn-worker-0")
+    assert read.error is not None
+    assert (read.ok, read.error.rank, read.error.last_line) == (
+        False,
+        1,
+        "ValueError: rank 1 refuses",
+    )
+
+
+def test_a_value_too_large_or_not_json_becomes_a_note_the_flow_raises_on() -> None:
+    text = termination_message(value={"weights": [0.5] * 2000})
+    assert len(text.encode()) <= MAX_TERMINATION_MESSAGE_BYTES
+    with pytest.raises(FunctionPayloadTooLargeError) as caught:
+        read_termination_message(text, where="pod ml/fn-master-0")
+    assert caught.value.limit == MAX_TERMINATION_MESSAGE_BYTES
+    assert caught.value.size > MAX_TERMINATION_MESSAGE_BYTES
+    assert "pod ml/fn-master-0" in str(caught.value)
+    assert "checkpoint" in (caught.value.hint or "")
+    with pytest.raises(KubeDLPrefectError, match="is a bytes, which cannot come back"):
+        read_termination_message(termination_message(value=b"\x00"), where="pod ml/m-0")
+    # a message cut at 4 KiB, or one another program wrote, is refused, never guessed at
+    for foreign in ('{"result": [1, 2', "Error: exit 1", '{"other": 1}'):
+        with pytest.raises(KubeDLPrefectError, match="not a function task's"):
+            read_termination_message(foreign, where="pod ml/m-0")
+
+
+def test_rank_zeros_pod_is_found_by_its_labels_in_either_dialect() -> None:
+    def pod(name: str, role: str, index: str, message: str | None, *, v1: bool) -> dict[str, Any]:
+        prefix = "training.kubeflow.org/" if v1 else ""
+        terminated = {"exitCode": 0} | ({"message": message} if message else {})
+        return {
+            "metadata": {
+                "name": name,
+                "labels": {f"{prefix}replica-type": role, f"{prefix}replica-index": index},
+            },
+            "status": {
+                "containerStatuses": [
+                    {"name": "sidecar", "state": {"terminated": {"message": "not this"}}},
+                    {"name": "pytorch", "state": {"terminated": terminated}},
+                ]
+            },
+        }
+
+    for v1 in (False, True):
+        pods = [
+            pod("fn-worker-0", "worker", "0", '{"result": "worker"}', v1=v1),
+            pod("fn-master-0", "master", "0", '{"result": "master"}', v1=v1),
+        ]
+        assert rank_zero_message(pods, "pytorch") == ("fn-master-0", '{"result": "master"}')
+    silent = [pod("fn-master-0", "master", "0", None, v1=False)]
+    assert rank_zero_message(silent, "pytorch") == ("fn-master-0", None)
+    assert rank_zero_message(silent[:0], "pytorch") == (None, None)
+
+
 def read_payload_path() -> str:
     import os
 
@@ -319,6 +403,15 @@ def test_on_kubernetes_the_call_is_inline_an_image_is_required_and_the_job_rende
     with pytest.raises(FunctionPayloadTooLargeError) as caught:
         settings(cluster, image="x").training_job(([0.0] * 40_000, 2.0), {})
     assert caught.value.limit == MAX_INLINE_PAYLOAD_BYTES
+    # rank 0's value comes back in the training container's termination message
+    for role in manifest["spec"]["pytorchReplicaSpecs"].values():
+        (container,) = role["template"]["spec"]["containers"]
+        assert container["name"] == "pytorch"
+        assert container["terminationMessagePath"] == TERMINATION_MESSAGE_PATH
+        env = {item["name"]: item.get("value") for item in container["env"]}
+        assert env[TERMINATION_MESSAGE_ENV] == TERMINATION_MESSAGE_PATH
+    local = settings(LocalCluster(workspace=str(tmp_path))).training_job(([1.0], 2.0), {})
+    assert "terminationMessagePath" not in repr(render(local.training_spec(), local.dialect))
 
 
 def test_the_decorator_makes_a_prefect_task_whose_settings_survive_with_options(
@@ -339,6 +432,16 @@ def test_the_decorator_makes_a_prefect_task_whose_settings_survive_with_options(
         return None
 
     assert function_of(bare).replicas == 2
+
+    @adistributed_task(replicas=3, cluster=LocalCluster(workspace=str(tmp_path)), tags=["gpu"])
+    def Train_Model_Async(epochs: int) -> int:
+        return epochs
+
+    assert Train_Model_Async.isasync
+    assert not Train_Model.isasync
+    assert "gpu" in Train_Model_Async.tags
+    assert function_of(Train_Model_Async.with_options(retries=0)).replicas == 3
+    assert distributed_job(Train_Model_Async, 3).training_spec().name == "train-model-async"
     assert spec_name_for("_9lives", 2) == "fn-9lives"
 
 
