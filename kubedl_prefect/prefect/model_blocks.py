@@ -42,6 +42,15 @@ if TYPE_CHECKING:
     from kubedl_prefect.serving.deploy import InferenceServiceDeployer
 
 
+MLFLOW_LOGO_URL = "https://raw.githubusercontent.com/mlflow/mlflow/master/assets/icon.svg"
+"""MLflow's own icon, from its repository's ``assets/`` (the square mark of its logo)."""
+KSERVE_LOGO_URL = (
+    "https://raw.githubusercontent.com/cncf/artwork/main/projects/kserve/icon/color/"
+    "k-serve-icon-color.png"
+)
+"""KServe's icon, in colour, from the CNCF's artwork repository (where its projects keep theirs)."""
+
+
 class MlflowRegistry(Block):
     """An MLflow tracking server and model registry: where trained models become versions.
 
@@ -76,9 +85,7 @@ class MlflowRegistry(Block):
 
     _block_type_name: ClassVar[str] = "KubeDL MLflow Registry"
     _block_type_slug: ClassVar[str] = "kubedl-mlflow-registry"
-    # No logo rather than one that is not the project's: MLflow's and KServe's own logo images
-    # could not be checked to resolve from where this was written (see docs/prefect.md).
-    _logo_url: ClassVar[HttpUrl | None] = None
+    _logo_url: ClassVar[HttpUrl | None] = HttpUrl(MLFLOW_LOGO_URL)
     _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "An MLflow tracking server and model registry for trained models: the experiment, "
@@ -257,9 +264,7 @@ class KServeServing(Block):
 
     _block_type_name: ClassVar[str] = "KubeDL KServe Serving"
     _block_type_slug: ClassVar[str] = "kubedl-kserve-serving"
-    # No logo rather than one that is not the project's: MLflow's and KServe's own logo images
-    # could not be checked to resolve from where this was written (see docs/prefect.md).
-    _logo_url: ClassVar[HttpUrl | None] = None
+    _logo_url: ClassVar[HttpUrl | None] = HttpUrl(KSERVE_LOGO_URL)
     _documentation_url: ClassVar[HttpUrl | None] = DOCUMENTATION_URL
     _description: ClassVar[str] = (
         "KServe InferenceService settings for registered model versions: cluster, namespace, "

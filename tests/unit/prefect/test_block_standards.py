@@ -8,8 +8,10 @@ logo. Two of its checks are adapted, not dropped:
 - the documentation URL: the documentation ships with the sources and is published nowhere
   that resolves, so every block has none (the check is that it is none, not a guessed URL);
 - the logo: checked offline to be the Kubernetes logo of Prefect's own collection registry (square,
-  https), and also fetched and measured where the network reaches its host; the
-  MLflow and KServe blocks have none rather than another project's (the Kubernetes logo).
+  https), and also fetched and measured where the network reaches its host; the MLflow and KServe
+  blocks carry their projects' own icons (MLflow's repository, the CNCF's artwork repository), the
+  URLs docs/prefect.md gives, fetched where the network reaches them (MLflow's is an SVG, which
+  Prefect's check cannot open: its box is measured instead).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from kubedl_prefect.prefect import blocks
 from kubedl_prefect.prefect.collection import BLOCK_TYPES
 from kubedl_prefect.prefect.model_blocks import KServeServing, MlflowRegistry
 
-WITHOUT_LOGO = (MlflowRegistry, KServeServing)
+#: The blocks of other projects, with the icon each shows: the file in its project's repository.
+PROJECT_LOGOS = {
+    MlflowRegistry: ("mlflow/mlflow", "assets/icon.svg"),
+    KServeServing: ("cncf/artwork", "projects/kserve/icon/color/k-serve-icon-color.png"),
+}
 #: The image id of the Kubernetes logo in Prefect's collection registry (prefect-kubernetes).
 KUBERNETES_LOGO_ID = "2d0b896006ad463b49c28aaac14f31e00e32cfab"
 
@@ -53,8 +59,10 @@ class TestEveryBlock(BlockStandardTestSuite):
         assert blocks.DOCUMENTATION_URL is None
 
     def test_has_a_valid_image(self, block: type[Block]) -> None:
-        if block in WITHOUT_LOGO:
-            assert block._logo_url is None
+        if block in PROJECT_LOGOS:
+            _check_project_logo(block, *PROJECT_LOGOS[block])
+            if _reachable(str(block._logo_url)) and str(block._logo_url).endswith(".png"):
+                super().test_has_a_valid_image(block)
             return
         # Offline, what can be known: the logo Prefect's own collection registry gives
         # prefect-kubernetes' Kubernetes block (its file name says 250x250: square), on https.
@@ -65,6 +73,32 @@ class TestEveryBlock(BlockStandardTestSuite):
         # Where the network reaches the host, Prefect's own check fetches and measures it too.
         if _reachable(str(block._logo_url)):
             super().test_has_a_valid_image(block)
+
+
+def _check_project_logo(block: type[Block], repository: str, path: str) -> None:
+    """The logo is the project's own file, raw from its repository's default branch, documented."""
+    from pathlib import Path
+
+    url = str(block._logo_url)
+    parsed = urlparse(url)
+    assert parsed.scheme == "https"
+    assert parsed.hostname == "raw.githubusercontent.com"
+    parts = parsed.path.lstrip("/").split("/")
+    assert "/".join(parts[:2]) == repository
+    assert parts[2] in ("main", "master")
+    assert "/".join(parts[3:]) == path
+    docs = (Path(__file__).parents[3] / "docs" / "prefect.md").read_text(encoding="utf-8")
+    assert f"`{url}`" in docs, f"docs/prefect.md does not give {url}"
+    if _reachable(url) and url.endswith(".svg"):
+        import re
+        from urllib.request import urlopen
+
+        with urlopen(url, timeout=10) as response:
+            head = response.read(4096).decode("utf-8", errors="replace")
+        box = re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) ([\d.]+)"', head)
+        assert box is not None, head[:200]
+        width, height = float(box.group(1)), float(box.group(2))
+        assert abs(width - height) <= 0.1 * max(width, height)  # a square mark, not a wordmark
 
 
 def test_the_suite_covers_every_block_of_the_collection() -> None:
