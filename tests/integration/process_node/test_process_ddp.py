@@ -30,7 +30,7 @@ import base64
 import contextlib
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +56,11 @@ from tests.support.mlflow_server import MlflowServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
 
-EXAMPLE = Path(__file__).parents[2] / "examples" / "train" / "pytorch-ddp-cpu.yaml"
+EXAMPLE = Path(__file__).parents[3] / "examples" / "train" / "pytorch-ddp-cpu.yaml"
 EPOCHS = 4
 PROGRAM = "kubedl_prefect_examples.ddp_train"
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node running."""
-    testbed.start_process_node()
-    return testbed
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +74,6 @@ def pod_mlflow(
         yield server
     finally:
         server.stop()
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 def example_spec() -> Obj:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import time
 import urllib.request
-from collections.abc import AsyncIterator
 
 import pytest
 from typer.testing import CliRunner
@@ -20,8 +19,8 @@ from kubedl_prefect.kube.resources import PODS, SERVICES
 from kubedl_prefect.testbed.cli import app
 from kubedl_prefect.testbed.nodeagent import forwarder
 from kubedl_prefect.testbed.testbed import Testbed
-from tests.integration.test_process_pods import pod, wait_pod
-from tests.integration.test_process_probes import ready_is
+from tests.integration.process_node.test_process_pods import pod, wait_pod
+from tests.integration.process_node.test_process_probes import ready_is
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -38,19 +37,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("", 8080), Handler).serve_forever()
 """
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node running."""
-    testbed.start_process_node()
-    return testbed
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 async def forwarded(

@@ -7,15 +7,14 @@ container's own namespaces that starts failing when the container removes a file
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import EVENTS, PODS
-from kubedl_prefect.testbed.testbed import Testbed
-from tests.integration.test_process_pods import pod, status_of, wait_pod
+from tests.integration.process_node.test_process_pods import pod, status_of, wait_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
@@ -33,19 +32,6 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("", 8080), Handler).serve_forever()
 """
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node running."""
-    testbed.start_process_node()
-    return testbed
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 def ready_is(expected: bool) -> Callable[[Obj], bool]:

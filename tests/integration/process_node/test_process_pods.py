@@ -15,7 +15,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -31,19 +31,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 Obj = dict[str, Any]
 LINK_LOCAL = ipaddress.IPv4Network("169.254.0.0/16")
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node running."""
-    testbed.start_process_node()
-    return testbed
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 def pod(

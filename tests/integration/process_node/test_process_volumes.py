@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +25,11 @@ from kubedl_prefect.testbed.nodeagent.provisioner import (
     STORAGE_CLASS,
 )
 from kubedl_prefect.testbed.testbed import Testbed
-from tests.integration.test_process_pods import log_of, phase_is, pod, wait_pod
+from tests.integration.process_node.test_process_pods import log_of, phase_is, pod, wait_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node (and provisioner) running."""
-    testbed.start_process_node()
-    return testbed
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 def claim(name: str, *, access: str = "ReadWriteMany") -> Obj:

@@ -15,7 +15,6 @@ import asyncio
 import json
 import urllib.request
 import warnings
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,9 @@ from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import PODS, SERVICES
 from kubedl_prefect.serving.local import install_server_environment, v2_request
 from kubedl_prefect.testbed.testbed import Testbed
-from tests.integration.test_process_pods import log_of, pod, status_of, wait_pod
-from tests.integration.test_process_probes import ready_is
-from tests.integration.test_process_services import forwarded
+from tests.integration.process_node.test_process_pods import log_of, pod, status_of, wait_pod
+from tests.integration.process_node.test_process_probes import ready_is
+from tests.integration.process_node.test_process_services import forwarded
 
 pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(420)]
 
@@ -35,19 +34,6 @@ POINTS = [[0.0, 0.1], [0.5, -0.5], [-0.3, 0.2]]
 #: The images KServe v0.20 names (its ConfigMap's storage initializer, the runtime's MLServer).
 STORAGE_INITIALIZER = "kserve/storage-initializer:v0.20.0"
 MLSERVER = "docker.io/seldonio/mlserver:1.7.1"
-
-
-@pytest.fixture(scope="module")
-def process_node(testbed: Testbed) -> Testbed:
-    """The session's test bed, with its process node running."""
-    testbed.start_process_node()
-    return testbed
-
-
-@pytest.fixture
-async def kube(process_node: Testbed) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_kubeconfig(str(process_node.kubeconfig)) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
