@@ -78,7 +78,6 @@ DOCUMENTED: dict[tuple[str, str, str], str] = {
     ),
     ("kubedl", "*", "LOCAL_RANK"): "the local backend sets 0 (one process per replica)",
     ("kubeflow", "*", "LOCAL_RANK"): "the local backend sets 0 (one process per replica)",
-    ("trainer", "xgboost", "LOCAL_RANK"): "the local backend sets 0 (one process per replica)",
     ("kubedl", "xgboost", "RANK"): (
         "KubeDL v0.5.0 gives worker i RANK=i, so worker 0 shares rank 0 with the master; the "
         "local backend gives worker i RANK=i+1 as Kubeflow does (a KubeDL defect)"
@@ -94,15 +93,6 @@ DOCUMENTED: dict[tuple[str, str, str], str] = {
     ("trainer", "*", "KUBEFLOW_TRAINER_SERVER_URL"): "Trainer's status server: cluster only",
     ("trainer", "*", "KUBEFLOW_TRAINER_SERVER_CA_CERT"): "Trainer's status server: cluster only",
     ("trainer", "*", "KUBEFLOW_TRAINER_SERVER_TOKEN"): "Trainer's status server: cluster only",
-    # A gap of the local backend: it gives a Trainer XGBoost job the v1 contract, not Trainer's.
-    ("trainer", "xgboost", "DMLC_NUM_WORKER"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "DMLC_TASK_ID"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "DMLC_TRACKER_URI"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "DMLC_TRACKER_PORT"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "MASTER_ADDR"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "MASTER_PORT"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "RANK"): "local: v1 contract for Trainer XGBoost (gap)",
-    ("trainer", "xgboost", "WORLD_SIZE"): "local: v1 contract for Trainer XGBoost (gap)",
 }
 #: The local backend's own variables, in every dialect: variable -> why.
 LOCAL_ONLY: dict[str, str] = {

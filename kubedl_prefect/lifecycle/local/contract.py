@@ -28,6 +28,9 @@ gives a PyTorch TrainJob's nodes instead (:func:`trainer_torch_env`): ``PET_NNOD
 ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``, read by
 ``torchrun``, which then sets ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` per process; the v1
 variables (``MASTER_ADDR``, ``RANK``...) are not set, as on Trainer. Every replica is one node.
+An XGBoost TrainJob's nodes get what Trainer's xgboost plugin gives (:func:`trainer_xgboost_env`):
+``DMLC_TRACKER_URI`` and ``DMLC_TRACKER_PORT`` (node 0 runs the Rabit tracker),
+``DMLC_TASK_ID`` (the node's index) and ``DMLC_NUM_WORKER``, again without the v1 variables.
 
 The functions here decide all of that from the spec and a few facts about the machine; the
 supervisor (:mod:`.supervisor`) only launches what they decide.
@@ -70,6 +73,10 @@ CONTRACT_ENV: Final = frozenset(
         "PET_NODE_RANK",
         "PET_MASTER_ADDR",
         "PET_MASTER_PORT",
+        "DMLC_TRACKER_URI",
+        "DMLC_TRACKER_PORT",
+        "DMLC_TASK_ID",
+        "DMLC_NUM_WORKER",
         CHECKPOINT_ENV,
         JOB_MARKER_ENV,
     }
@@ -196,6 +203,33 @@ def trainer_torch_env(
         "PET_NODE_RANK": str(node_rank),
         "PET_MASTER_ADDR": host,
         "PET_MASTER_PORT": str(port),
+    }
+
+
+def trainer_xgboost_env(
+    spec: TrainingJobSpec, node_rank: int, *, port: int, host: str = LOCAL_HOST
+) -> dict[str, str]:
+    """What Trainer's xgboost plugin (v2.3.0) gives node ``node_rank`` of an XGBoost TrainJob.
+
+    On a cluster ``DMLC_TRACKER_URI`` is node 0's host name and ``DMLC_TRACKER_PORT`` Trainer's
+    container port; here both are this machine's (``host``, a free ``port``). Workers are one per
+    GPU of a node, one per node without GPUs, as the plugin counts them.
+
+    Example:
+        >>> from kubedl_prefect.spec import parse_spec
+        >>> spec = parse_spec({"name": "m", "image": "i", "framework": "xgboost",
+        ...                    "replicas": {"master": 1, "worker": 2}})
+        >>> env = trainer_xgboost_env(spec, 2, port=29511)
+        >>> env["DMLC_TASK_ID"], env["DMLC_NUM_WORKER"]
+        ('2', '3')
+    """
+    resources = spec.resolved_roles()[0].resources
+    workers_per_node = max(1, resources.gpus if resources is not None else 0)
+    return {
+        "DMLC_TRACKER_URI": host,
+        "DMLC_TRACKER_PORT": str(port),
+        "DMLC_TASK_ID": str(node_rank),
+        "DMLC_NUM_WORKER": str(len(replica_names(spec)) * workers_per_node),
     }
 
 
@@ -368,8 +402,9 @@ def replica_plans(
         job_uid: The job's uid, the marker every replica carries (:data:`~.layout.JOB_MARKER_ENV`).
         loopback_interface: This machine's loopback interface (``lo``, ``lo0`` on macOS), which
             gloo and NCCL are pinned to (:data:`LOOPBACK_ENV`) unless ``extra_env`` sets them.
-        dialect: The operator whose contract to give: ``trainer`` gives a PyTorch job Kubeflow
-            Trainer's (:func:`trainer_torch_env`); otherwise (``None``) the v1 operators'.
+        dialect: The operator whose contract to give: ``trainer`` gives a PyTorch or XGBoost job
+            Kubeflow Trainer's (:func:`trainer_torch_env`, :func:`trainer_xgboost_env`);
+            otherwise (``None``) the v1 operators'.
 
     Example:
         >>> from kubedl_prefect.spec import parse_spec
@@ -390,11 +425,9 @@ def replica_plans(
             tf_cluster.setdefault(role.value, []).append(f"{LOCAL_HOST}:{ports[number]}")
     has_master = Role.MASTER in spec.replicas
     world_size = len(replicas)
-    torch_nodes = (
-        dialect is not None
-        and Dialect(dialect) is Dialect.TRAINER
-        and spec.framework is Framework.PYTORCH
-    )
+    on_trainer = dialect is not None and Dialect(dialect) is Dialect.TRAINER
+    torch_nodes = on_trainer and spec.framework is Framework.PYTORCH
+    xgboost_nodes = on_trainer and spec.framework is Framework.XGBOOST
     node_rank = 0
     free_gpus = list(gpu_ids)
     plans: list[ReplicaPlan] = []
@@ -422,7 +455,7 @@ def replica_plans(
             env.update(extra_env or {})
             env[JOB_MARKER_ENV] = job_uid
             env["PYTHONUNBUFFERED"] = "0"
-            if not torch_nodes:  # under Trainer, torchrun sets it per process
+            if not on_trainer:  # under Trainer, torchrun sets it per process; xgboost none
                 env["LOCAL_RANK"] = "0"
             gpus = resolved.resources.gpus if resolved.resources else 0
             mine, free_gpus = free_gpus[:gpus], free_gpus[gpus:]
@@ -440,6 +473,8 @@ def replica_plans(
                 )
             elif torch_nodes:
                 env.update(trainer_torch_env(spec, node_rank, port=ports[0]))
+            elif xgboost_nodes:
+                env.update(trainer_xgboost_env(spec, node_rank, port=ports[0]))
             elif has_master:
                 rank = index if resolved.role is Role.MASTER else index + 1
                 env["MASTER_ADDR"] = LOCAL_HOST

@@ -93,6 +93,35 @@ def test_procs_per_node_as_trainer_sets_them(extra: dict[str, Any], procs: str) 
     assert trainer_procs_per_node(spec(**extra)) == procs
 
 
+def test_xgboost_nodes_get_trainers_dmlc_variables_not_the_v1_ones() -> None:
+    made = envs(spec(framework="xgboost", replicas={"master": 1, "worker": 2}))
+    assert [(e["DMLC_TASK_ID"], e["DMLC_NUM_WORKER"]) for e in made.values()] == [
+        ("0", "3"),
+        ("1", "3"),
+        ("2", "3"),
+    ]
+    for env in made.values():
+        assert (env["DMLC_TRACKER_URI"], env["DMLC_TRACKER_PORT"]) == ("127.0.0.1", "29511")
+        for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            assert name not in env
+        assert not any(name.startswith("PET_") for name in env)
+
+
+def test_xgboost_workers_are_one_per_gpu_as_trainer_counts_them() -> None:
+    job = spec(framework="xgboost", replicas={"master": 1, "worker": 1}, resources={"gpus": 2})
+    made = replica_plans(
+        job,
+        job_name="xgb-abc-a1",
+        ports=[29511],
+        python="/venv/bin/python",
+        working_dir="/work",
+        checkpoint_dir=None,
+        gpu_ids=[0, 1, 2, 3],
+        dialect="trainer",
+    )
+    assert {p.env["DMLC_NUM_WORKER"] for p in made} == {"4"}
+
+
 def test_inherited_pet_variables_do_not_leak() -> None:
     env = launch_env({"PET_NODE_RANK": "7", "HOME": "/h"}, {"A": "1"}, "/venv/bin/python")
     assert "PET_NODE_RANK" not in env
