@@ -148,6 +148,8 @@ def test_a_replica_killed_with_sigkill_mid_run_is_retried_and_the_epochs_continu
     spec = example(epochs=6, pause_s=2.0)
     backend = backend_for(workspace, tmp_path)
     attempts: list[JobRef] = []
+    # Other tests of this worker may have imported the example; this one must not.
+    examples_before = sys.modules.get("kubedl_prefect_examples")
 
     async def run() -> None:
         submitted = asyncio.Event()
@@ -193,7 +195,8 @@ def test_a_replica_killed_with_sigkill_mid_run_is_retried_and_the_epochs_continu
     (checkpoints,) = (workspace / "checkpoints").iterdir()
     saved = torch.load(checkpoints / "checkpoint.pt", weights_only=True)  # tensors and plain data
     assert [point["epoch"] for point in saved["history"]] == list(range(6))
-    assert sys.modules.get("kubedl_prefect_examples") is None  # only the replicas ran it
+    # Only the replicas ran the example: this process imported nothing of it meanwhile.
+    assert sys.modules.get("kubedl_prefect_examples") is examples_before
 
 
 def test_the_rendezvous_of_a_local_job_listens_on_the_loopback_interface_only(

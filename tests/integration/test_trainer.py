@@ -439,10 +439,11 @@ async def test_a_suspended_train_job_is_suspended_not_failed_and_runs_when_resum
     suspended = await eventually(
         "Suspended, with its JobSet's jobs",
         lambda: cluster.train_job(name),
-        # The condition may come a moment before jobsStatus (seen on a loaded machine).
+        # The condition may come a moment before jobsStatus, and jobsStatus before its
+        # suspended count (both seen on a loaded machine).
         lambda job: (
             conditions(job).get("Suspended", {}).get("status") == "True"
-            and bool(job["status"].get("jobsStatus"))
+            and [j.get("suspended") for j in job["status"].get("jobsStatus") or []] == [1]
         ),
         30,
     )
