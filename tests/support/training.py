@@ -46,6 +46,10 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
             warnings.filterwarnings("ignore", message=r".*type hint is inferred as AnyType")
             yield
     finally:
+        if "MLFLOW_TRACKING_URI" in values:
+            # Back to the environment's: a URI left set outlives this block (a later test of
+            # the worker loaded a model from a relay that was gone, "model not found").
+            mlflow.set_tracking_uri(None)
         for name, old in saved.items():
             if old is None:
                 os.environ.pop(name, None)
