@@ -9,10 +9,13 @@ manifests are checked). Beyond the user's settings it carries:
   ``predictor.labels``, on its pods), with the exact names in annotations, since label values
   are limited to 63 characters of ``[A-Za-z0-9._-]``;
 - ``app.kubernetes.io/managed-by: kubedl-prefect``, which :mod:`.deploy` checks before it
-  changes or deletes a service.
+  changes or deletes a service;
+- in Standard mode over ``v2``, a readiness probe of the model's own ready endpoint on the model
+  server (:attr:`~.spec.InferenceServiceSpec.model_ready_probe`): KServe's default TCP probe
+  passes before the model loaded.
 
 Example:
-    >>> from kubedl_prefect.serving.spec import Canary, InferenceServiceSpec
+    >>> from kubedl_prefect.serving.spec import MODEL_SERVER_PORT, Canary, InferenceServiceSpec
     >>> manifest = render_inference_service(InferenceServiceSpec(
     ...     name="fraud", namespace="ml", storage_uri="s3://ml/3/models/m-ab/artifacts"))
     >>> manifest["spec"]["predictor"]["model"]["modelFormat"], manifest["metadata"]["annotations"]
@@ -28,7 +31,7 @@ from typing import Final
 
 from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.resources import INFERENCE_SERVICES, KubeObject
-from kubedl_prefect.serving.spec import Canary, InferenceServiceSpec
+from kubedl_prefect.serving.spec import MODEL_SERVER_PORT, Canary, InferenceServiceSpec
 from kubedl_prefect.spec.types import GPU_RESOURCE
 
 DEPLOYMENT_MODE_ANNOTATION: Final = "serving.kserve.io/deploymentMode"
@@ -117,6 +120,12 @@ def _model(service: InferenceServiceSpec, storage_uri: str) -> KubeObject:
     if service.runtime is not None:
         model["runtime"] = service.runtime
     model["storageUri"] = storage_uri
+    if service.ready_path is not None:
+        model["readinessProbe"] = {
+            "httpGet": {"path": service.ready_path, "port": MODEL_SERVER_PORT},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        }
     resources = _resources(service)
     if resources:
         model["resources"] = resources
@@ -165,6 +174,12 @@ def render_inference_service(
         predictor["maxReplicas"] = service.max_replicas
     if service.service_account is not None:
         predictor["serviceAccountName"] = service.service_account
+    if service.node_selector:
+        predictor["nodeSelector"] = dict(service.node_selector)
+    if service.tolerations:
+        predictor["tolerations"] = [
+            t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in service.tolerations
+        ]
     if service.canary_traffic_percent is not None:
         predictor["canaryTrafficPercent"] = service.canary_traffic_percent
 

@@ -25,7 +25,11 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Final
 
+from pydantic import TypeAdapter, ValidationError
+
 from kubedl_prefect.errors import InferenceServiceSpecError, SpecIssue
+from kubedl_prefect.spec.fields import LabelValue, QualifiedName
+from kubedl_prefect.spec.kube_types import Toleration
 from kubedl_prefect.spec.quantity import is_quantity
 
 PREDICTOR_SUFFIX: Final = "-predictor"
@@ -41,6 +45,11 @@ _DNS1123_SUBDOMAIN: Final = re.compile(
 )
 _ENV_NAME: Final = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*\Z")
 _REGISTRY_SCHEMES: Final = ("models:/", "runs:/", "mlflow-artifacts:")
+
+_NODE_SELECTOR: Final = TypeAdapter(dict[QualifiedName, LabelValue])
+
+MODEL_SERVER_PORT: Final = 8080
+"""The HTTP port of KServe's model server container (``kserve-container``) in every runtime."""
 
 _IssueSink = Callable[[str, str, str], None]
 """The ``issue(path, problem, fix)`` collector of :meth:`InferenceServiceSpec.issues`."""
@@ -164,6 +173,18 @@ class InferenceServiceSpec:
             ``canary`` there).
         canary: A candidate model next to this one (Standard mode: KServe's ``spec.canary``).
         env: Environment of the model server.
+        node_selector: Labels the predictor's nodes must have (``spec.predictor.nodeSelector``;
+            a canary's pods get them too).
+        tolerations: Taints the predictor's pods tolerate (``spec.predictor.tolerations``).
+            On the test bed, ``node_selector={"testbed.kubedl-prefect.io/process-node":
+            "true"}`` with the ``Exists`` toleration of that key puts the predictor on the
+            process node, where it really runs (docs/serving.md).
+        model_ready_probe: In Standard mode with protocol ``v2``, give the model server a
+            readiness probe on the model's own endpoint, ``GET /v2/models/<name>/ready`` on
+            port 8080, so a pod is Ready once its model loaded. KServe's default (no probe in
+            the runtime) is a TCP probe of that port, which MLServer passes as soon as it
+            listens: before the model loads, and between a failed load and its exit. False
+            keeps KServe's default; other modes and protocols always do.
         labels: Extra labels of the service and its predictor pods.
         annotations: Extra annotations of the service.
         link: The registry version and training job it serves (labels and annotations).
@@ -184,6 +205,9 @@ class InferenceServiceSpec:
     canary_traffic_percent: int | None = None
     canary: Canary | None = None
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    node_selector: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    tolerations: tuple[Toleration, ...] = ()
+    model_ready_probe: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     annotations: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     link: ModelLink | None = None
@@ -236,7 +260,41 @@ class InferenceServiceSpec:
                 issue(f"env.{name}", "not an environment variable name", "fix the name")
         if self.service_account is not None and not _DNS1123_SUBDOMAIN.match(self.service_account):
             issue("serviceAccount", f"{self.service_account!r} is not a name", "fix the name")
+        self._placement_issues(issue)
         return found
+
+    @property
+    def ready_path(self) -> str | None:
+        """The path of the model server's readiness probe, or ``None`` for KServe's default.
+
+        Example:
+            >>> InferenceServiceSpec(name="fraud", storage_uri="s3://b/m").ready_path
+            '/v2/models/fraud/ready'
+        """
+        if (
+            self.model_ready_probe
+            and self.deployment_mode is DeploymentMode.STANDARD
+            and self.protocol is Protocol.V2
+        ):
+            return f"/v2/models/{self.name}/ready"
+        return None
+
+    def _placement_issues(self, issue: _IssueSink) -> None:
+        try:
+            _NODE_SELECTOR.validate_python(dict(self.node_selector))
+        except ValidationError as exc:
+            issue(
+                "predictor.nodeSelector",
+                f"{len(exc.errors())} key(s) or value(s) are not label keys or values",
+                "use label keys (prefix/name) and values of at most 63 characters [A-Za-z0-9._-]",
+            )
+        for index, toleration in enumerate(self.tolerations):
+            if not isinstance(toleration, Toleration):
+                issue(
+                    f"predictor.tolerations[{index}]",
+                    f"a {type(toleration).__name__}, not a Toleration",
+                    "give kubedl_prefect.spec.Toleration(key=..., operator=..., effect=...)",
+                )
 
     def _resource_issues(self, issue: _IssueSink) -> None:
         for label, amount in (("cpu", self.resources.cpu), ("memory", self.resources.memory)):

@@ -23,7 +23,13 @@ from kubedl_prefect.serving.spec import (
     Protocol,
     ServingResources,
 )
+from kubedl_prefect.spec import Toleration
 from tests.unit.serving.kserve_schema import inference_service_schema
+
+PROCESS_NODE = {"testbed.kubedl-prefect.io/process-node": "true"}
+PROCESS_TOLERATION = Toleration(
+    key="testbed.kubedl-prefect.io/process-node", operator="Exists", effect="NoSchedule"
+)
 
 LINK = ModelLink("team/fraud detector", "7", "ml", "fraud-x7k2m9q4ab3c-a2", "0f1e")
 
@@ -86,8 +92,9 @@ def test_the_manifest_has_what_kserve_needs_for_an_mlflow_model() -> None:
         InferenceServiceSpec(
             name="torch", storage_uri="s3://b/t", model_format="pytorch", protocol=Protocol.V1
         ),
+        dataclasses.replace(FULL, node_selector=PROCESS_NODE, tolerations=(PROCESS_TOLERATION,)),
     ],
-    ids=["full", "minimal", "knative-canary", "pytorch-v1"],
+    ids=["full", "minimal", "knative-canary", "pytorch-v1", "placed"],
 )
 @pytest.mark.parametrize(
     "canary",
@@ -241,3 +248,63 @@ def test_a_predictor_host_name_longer_than_a_dns_label_is_refused() -> None:
     canary = dataclasses.replace(service, canary=Canary("s3://b/m2", 10))
     assert [i.path for i in canary.issues("n" * 41)] == ["name"]  # fraud-canary-predictor-: 23
     assert canary.issues("n" * 40) == []
+
+
+def test_the_predictor_can_be_placed_by_node_selector_and_tolerations() -> None:
+    service = dataclasses.replace(
+        FULL,
+        node_selector=PROCESS_NODE,
+        tolerations=(PROCESS_TOLERATION,),
+        canary=Canary("s3://b/m2", 50),
+    )
+    manifest = render_inference_service(service)
+    predictor = manifest["spec"]["predictor"]
+    assert predictor["nodeSelector"] == PROCESS_NODE
+    assert predictor["tolerations"] == [
+        {
+            "key": "testbed.kubedl-prefect.io/process-node",
+            "operator": "Exists",
+            "effect": "NoSchedule",
+        }
+    ]
+    # KServe merges the canary's predictor over the stable one: its pods are placed alike.
+    assert "nodeSelector" not in manifest["spec"]["canary"][0]["predictor"]
+    assert "nodeSelector" not in render_inference_service(FULL)["spec"]["predictor"]
+
+
+def test_a_node_selector_that_is_not_labels_is_refused() -> None:
+    bad = InferenceServiceSpec(
+        name="f", storage_uri="s3://b/m", node_selector={"bad key!": "x", "ok": "v" * 64}
+    )
+    (issue,) = bad.issues()
+    assert issue.path == "predictor.nodeSelector"
+    assert "2 key(s) or value(s)" in issue.problem
+    wrong = InferenceServiceSpec(
+        name="f",
+        storage_uri="s3://b/m",
+        tolerations=({"key": "k"},),  # type: ignore[arg-type]
+    )
+    (issue,) = wrong.issues()
+    assert issue.path == "predictor.tolerations[0]"
+    assert "not a Toleration" in issue.problem
+
+
+def test_standard_v2_models_are_ready_once_their_model_loaded() -> None:
+    # KServe's own default is a TCP probe of 8080, which MLServer passes before the model loads.
+    model = render_inference_service(FULL)["spec"]["predictor"]["model"]
+    assert model["readinessProbe"] == {
+        "httpGet": {"path": "/v2/models/fraud/ready", "port": 8080},
+        "periodSeconds": 5,
+        "failureThreshold": 3,
+    }
+    canary = render_inference_service(dataclasses.replace(FULL, canary=Canary("s3://b/m2", 50)))
+    assert (
+        canary["spec"]["canary"][0]["predictor"]["model"]["readinessProbe"]
+        == (model["readinessProbe"])
+    )
+    for other in (
+        dataclasses.replace(FULL, model_ready_probe=False),
+        dataclasses.replace(FULL, deployment_mode=DeploymentMode.KNATIVE),
+        dataclasses.replace(FULL, model_format="pytorch", protocol=Protocol.V1),
+    ):
+        assert "readinessProbe" not in render_inference_service(other)["spec"]["predictor"]["model"]
