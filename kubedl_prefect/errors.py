@@ -771,7 +771,8 @@ class MissingExtraError(KubeDLPrefectError, ImportError):
 
     Attributes:
         extra: The extra that brings them (``pip install 'kubedl-prefect[<extra>]'``).
-        missing: The top-level modules that could not be found.
+        missing: What could not be found: top-level modules, or the distribution that
+            provides a part (``kubedl-prefect-testbed``).
     """
 
     def __init__(self, feature: str, *, extra: str, missing: Sequence[str]):

@@ -717,6 +717,24 @@ def cancel_command(
 # --- the test bed ----------------------------------------------------------------------------
 
 
+def testbed_missing(exc: ImportError) -> MissingExtraError:
+    """What an import of the test bed that failed lacks, as the extra ``testbed`` error.
+
+    The test bed is the distribution kubedl-prefect-testbed, which the extra installs: without
+    it there is no :mod:`kubedl_prefect.testbed` at all; with it but without its own dependencies
+    the package raises :class:`MissingExtraError` itself. Any other import error is re-raised.
+    """
+    if isinstance(exc, MissingExtraError):
+        return exc
+    if isinstance(exc, ModuleNotFoundError) and exc.name == "kubedl_prefect.testbed":
+        return MissingExtraError(
+            "the test bed (kubedl_prefect.testbed)",
+            extra="testbed",
+            missing=["kubedl-prefect-testbed"],
+        )
+    raise exc
+
+
 class LazyTestbedGroup(TyperGroup):
     """The ``testbed`` command group, whose commands are imported when it is used.
 
@@ -729,9 +747,10 @@ class LazyTestbedGroup(TyperGroup):
         if not self.commands:
             try:
                 from kubedl_prefect.testbed.cli import app as testbed_app
-            except MissingExtraError as exc:
+            except ImportError as exc:
                 # Without the extra `testbed`: its message and hint, as the group's errors are.
-                typer.echo(f"error: {exc}", err=True)
+                missing = testbed_missing(exc)
+                typer.echo(f"error: {missing}", err=True)
                 raise typer.Exit(1) from exc
 
             self.commands.update(typer.main.get_group(testbed_app).commands)

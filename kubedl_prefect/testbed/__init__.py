@@ -1,8 +1,9 @@
 """The local Kubernetes test bed: a real control plane on loopback with simulated GPU nodes.
 
 ``Testbed(name).up()`` returns an administrator kubeconfig; see :mod:`.testbed` and
-docs/testbed.md. Importing this package is cheap: the runner is loaded on first use. Its
-dependencies are those of the extra ``testbed`` (``pip install 'kubedl-prefect[testbed]'``);
+docs/testbed.md. Importing this package is cheap: the runner is loaded on first use. It ships
+as the distribution ``kubedl-prefect-testbed`` (``packages/kubedl-prefect-testbed``), which the
+extra ``testbed`` installs (``pip install 'kubedl-prefect[testbed]'``) with its dependencies;
 without them, importing it raises :class:`~kubedl_prefect.errors.MissingExtraError`.
 """
 

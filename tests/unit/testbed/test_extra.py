@@ -1,7 +1,12 @@
-"""Without the extra `testbed`, the test bed says which extra to install, not a traceback."""
+"""Without the extra `testbed`, the test bed says which extra to install, not a traceback.
+
+The extra installs the distribution kubedl-prefect-testbed (the package kubedl_prefect.testbed),
+which brings cryptography: either can be missing.
+"""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +17,9 @@ HIDE = "import sys; sys.modules['cryptography'] = None; "
 ADVICE = "pip install 'kubedl-prefect[testbed]'"
 
 
-def _run(code: str) -> subprocess.CompletedProcess[str]:
+def _run(code: str, hide: str = HIDE) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", HIDE + code],
+        [sys.executable, "-c", hide + code],
         capture_output=True,
         text=True,
         timeout=120,
@@ -31,6 +36,30 @@ def test_the_cli_group_names_the_extra() -> None:
     )
     assert done.returncode == 1, done.stderr
     assert "error: the test bed (kubedl_prefect.testbed) needs cryptography" in done.stderr
+    assert ADVICE in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_cli_group_names_the_extra_without_the_distribution(tmp_path: Path) -> None:
+    # kubedl_prefect as a plain `pip install kubedl-prefect` has it: without its testbed
+    # package (tests/unit/test_packaging.py checks that the wheel leaves it out), first on the path.
+    shutil.copytree(
+        ROOT / "kubedl_prefect",
+        tmp_path / "kubedl_prefect",
+        ignore=lambda folder, _: ["testbed"] if Path(folder).name == "kubedl_prefect" else [],
+    )
+    done = _run(
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "sys.argv = ['kubedl-prefect', 'testbed', 'status']\n"
+        "from kubedl_prefect.cli import main\n"
+        "main()",
+        hide="import sys; ",
+    )
+    assert done.returncode == 1, done.stderr
+    assert (
+        "error: the test bed (kubedl_prefect.testbed) needs kubedl-prefect-testbed, "
+        "which is not installed" in done.stderr
+    )
     assert ADVICE in done.stderr
     assert "Traceback" not in done.stderr
 
