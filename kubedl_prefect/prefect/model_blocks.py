@@ -35,6 +35,7 @@ from kubedl_prefect.serving.spec import (
     ServingResources,
 )
 from kubedl_prefect.spec.handoff import PASSWORD_ENV, TOKEN_ENV, USERNAME_ENV, TrackingCredentials
+from kubedl_prefect.spec.kube_types import Toleration
 
 if TYPE_CHECKING:
     from kubedl_prefect.registry.events import ModelVersionCallback
@@ -239,8 +240,8 @@ class KServeServing(Block):
 
     The cluster and namespace the services go to, the serving runtime (``kserve-mlserver``, or
     empty to let KServe choose by format and protocol), the model format and protocol, the
-    deployment mode, per-replica resources, replicas and how long a service may take to be
-    Ready before it is rolled back.
+    deployment mode, per-replica resources, replicas, where the predictor runs (node selector,
+    tolerations) and how long a service may take to be Ready before it is rolled back.
 
     Example:
         ::
@@ -332,6 +333,19 @@ class KServeServing(Block):
         title="Most replicas",
         description="The most predictor replicas (default: KServe's).",
     )
+    node_selector: dict[str, str] = Field(
+        default_factory=dict,
+        title="Node selector",
+        description=(
+            "Labels the predictor's nodes must have (on the test bed, "
+            "testbed.kubedl-prefect.io/process-node: true is the process node)."
+        ),
+    )
+    tolerations: list[Toleration] = Field(
+        default_factory=list,
+        title="Tolerations",
+        description="Taints the predictor's pods tolerate (as in a pod spec).",
+    )
     check_compatibility: bool = Field(
         default=True,
         title="Check compatibility",
@@ -384,6 +398,8 @@ class KServeServing(Block):
             "resources": ServingResources(cpu=self.cpu, memory=self.memory, gpus=self.gpus),
             "min_replicas": self.min_replicas,
             "max_replicas": self.max_replicas,
+            "node_selector": dict(self.node_selector),
+            "tolerations": tuple(self.tolerations),
             "link": link,
         }
         fields.update(changes)

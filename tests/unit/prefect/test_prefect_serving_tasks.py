@@ -24,6 +24,7 @@ from kubedl_prefect.serving import (
     ServingState,
 )
 from kubedl_prefect.serving import events as serving_events
+from kubedl_prefect.spec.kube_types import Toleration
 
 LINK = ModelLink("fraud", "3", "ml", "fraud-x7k2-a1", "uid-job")
 
@@ -62,6 +63,30 @@ def test_the_serving_block_makes_the_spec_with_its_settings() -> None:
     )
     assert KServeServing(namespace="serving", runtime="").service("f", "s3://x/m").runtime is None
     assert KServeServing(namespace="serving").deployer().namespace == "serving"
+
+
+def test_the_serving_block_places_the_predictor_and_keeps_it_through_save_and_load() -> None:
+    process_node = "testbed.kubedl-prefect.io/process-node"
+    block = KServeServing(
+        namespace="serving",
+        node_selector={process_node: "true"},
+        tolerations=[{"key": process_node, "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    toleration = Toleration(key=process_node, operator="Exists", effect="NoSchedule")
+    spec = block.service("fraud", "s3://ml/3/models/m-ab/artifacts")
+    assert dict(spec.node_selector) == {process_node: "true"}
+    assert spec.tolerations == (toleration,)
+    predictor = serving_tasks.render_inference_service.fn(spec, block)["spec"]["predictor"]
+    assert predictor["nodeSelector"] == {process_node: "true"}
+    assert predictor["tolerations"] == [
+        {"key": process_node, "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    # What the block keeps (a Prefect server stores this JSON) reads back the same.
+    again = KServeServing.model_validate(block.model_dump(mode="json"))
+    assert again.service("fraud", "s3://x/m").tolerations == (toleration,)
+    assert KServeServing().service("fraud", "s3://x/m").node_selector == {}
+    with pytest.raises(ValueError, match="cannot have a value"):
+        KServeServing(tolerations=[{"key": "k", "operator": "Exists", "value": "v"}])
 
 
 def test_the_render_task_checks_and_renders_without_sending_anything() -> None:
