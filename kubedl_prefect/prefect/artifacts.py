@@ -399,7 +399,9 @@ class ArtifactWriter:
 
     Call it from any thread inside the run's context (:meth:`RunContext.bind`); requests are
     counted in :attr:`requests`. A failing request is logged by the caller, never raised into
-    the watch.
+    the watch. Once :meth:`close` has run, the run's artifacts are final: a late update (a log
+    line or phase change delivered after the run's end) is dropped, neither sent nor given a
+    client of its own that nobody would close.
 
     Args:
         stem: The stem of the artifact keys (:func:`artifact_stem`).
@@ -419,6 +421,7 @@ class ArtifactWriter:
         self._last_description = ""
         self._unsent: tuple[list[dict[str, Any]], str] | None = None
         self._open: Any = None
+        self._closed = False
         self.latest: Progress | None = None
         """The latest progress a line reported (sent or not)."""
 
@@ -435,9 +438,12 @@ class ArtifactWriter:
         return self._open
 
     def close(self) -> None:
-        """Close the client (one per writer: its connection is reused between requests)."""
+        """Close the client (one per writer: its connection is reused between requests).
+
+        The writer stays closed: later updates are dropped (the run's artifacts are final).
+        """
         with self._lock:
-            client, self._open = self._open, None
+            client, self._open, self._closed = self._open, None, True
         if client is not None:
             client.__exit__(None, None, None)
 
@@ -445,6 +451,8 @@ class ArtifactWriter:
         from prefect.client.schemas.actions import ArtifactCreate, ArtifactUpdate
 
         with self._lock:
+            if self._closed:  # the run ended: a late update would reopen a client for ever
+                return
             client = self._client()
             existing = self._ids.get(what)
             self.requests += 1

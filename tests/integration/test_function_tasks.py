@@ -3,7 +3,9 @@
 A flow whose training step is a ``@distributed_task`` function: the ready flow
 ``train-function`` trains the shipped example model (PyTorch DDP, gloo) on 2 local processes and
 returns rank 0's metrics; a function that raises on rank 1 fails the task with an error naming
-replica ``worker-0`` (rank 1), its exit code and the traceback's last line.
+replica ``worker-0`` (rank 1), its exit code and the traceback's last line. An async flow awaits
+two ``@adistributed_task`` calls and an ``arun_training_job`` at once and leaves no socket of
+ours open (Prefect's own leak, one per async flow run, is told apart by where it was opened).
 On the test bed, a decorated function runs on 2 real process pods made by the real KubeDL
 operator, and rank 0's value comes back through its container's termination message.
 
@@ -12,6 +14,7 @@ Needs torch (installed into this environment by ``test_local_ddp``'s fixture whe
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,10 @@ from kubedl_prefect.errors import ReplicaFunctionError
 from kubedl_prefect.prefect import (
     KubernetesCluster,
     LocalCluster,
+    TrainingJob,
+    TrainingResult,
+    adistributed_task,
+    arun_training_job,
     current_replica,
     distributed_task,
 )
@@ -31,6 +38,7 @@ from kubedl_prefect.prefect.flows.function_training import train_function
 from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.test_local_ddp import torch_installed
+from tests.support.sockets import not_prefects, sockets_left_unclosed
 
 pytestmark = pytest.mark.integration
 
@@ -142,3 +150,48 @@ def test_on_two_real_pods_rank_0s_value_comes_back_in_its_termination_message(
         "world_size": 2,
     }
     assert str(answer["host"]).endswith("master-0")  # the master pod's own host name
+
+
+PROGRESS_JOB = {
+    "name": "count-steps",
+    "framework": "pytorch",
+    "image": "local",
+    "command": [
+        "python",
+        "-c",
+        "import json\nfor step in range(1, 5): print(json.dumps({'step': step, 'total': 4}))",
+    ],
+    "replicas": {"master": 1, "worker": 1},
+}
+"""A plain training job whose master and worker print progress lines (the artifacts' writer)."""
+
+
+def test_an_async_flow_awaits_function_tasks_and_a_training_job_and_leaves_no_socket_open(
+    prefect_server: dict[str, str], workspace: Path
+) -> None:
+    cluster = LocalCluster(workspace=str(workspace), max_processes=6)
+
+    @adistributed_task(replicas=2, cluster=cluster, process_group="none", retry={"max_attempts": 1})
+    def shard_rank(shard: int) -> dict[str, int]:
+        replica = current_replica()
+        print(json.dumps({"step": 1, "total": 1, "shard": shard}), flush=True)  # progress
+        return {"shard": shard, "rank": replica.rank, "world_size": replica.world_size}
+
+    @flow
+    async def shards_and_steps() -> tuple[list[dict[str, int]], TrainingResult]:
+        job = TrainingJob(spec=PROGRESS_JOB, cluster=cluster, retry={"max_attempts": 1})
+        *shards, steps = await asyncio.gather(
+            shard_rank(0), shard_rank(1), arun_training_job(job, key="count-steps")
+        )
+        return shards, steps
+
+    with sockets_left_unclosed() as leaked:
+        shards, steps = asyncio.run(shards_and_steps())
+    assert shards == [
+        {"shard": 0, "rank": 0, "world_size": 2},
+        {"shard": 1, "rank": 0, "world_size": 2},
+    ]
+    assert steps.phase == "Succeeded"
+    assert len(list((workspace / "jobs").iterdir())) == 3  # one job per call
+    ours = not_prefects(leaked)  # Prefect's own: one per async flow run
+    assert not ours, "sockets left open:\n\n" + "\n\n".join(ours)

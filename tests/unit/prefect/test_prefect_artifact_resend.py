@@ -71,3 +71,37 @@ def test_a_terminal_replica_table_lost_while_prefect_was_down_is_sent_at_the_end
     requests = writer.requests
     writer.resend()  # nothing left to send
     assert writer.requests == requests
+
+
+def test_an_update_after_the_run_ended_is_dropped_and_opens_no_client(
+    prefect_server: dict[str, str],
+) -> None:
+    """A log line delivered after the end of the run (a callback thread's late item) once
+    reopened the writer's client, which nobody closed: one socket left per run."""
+    import gc
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from kubedl_prefect.prefect.artifacts import Progress
+    from tests.support.sockets import sockets_left_unclosed
+
+    key = f"late-{uuid4().hex[:8]}"
+    with sockets_left_unclosed() as leaked:
+        writer = ArtifactWriter(key, None, None)
+        writer.progress(Progress(100.0, 100.0, 2.0, (("loss", 0.1),)), "mnist-abc-a1")
+        writer.close()  # the end of the run
+        requests = writer.requests
+        writer.progress(Progress(30.0, 100.0, 1.0, (("loss", 0.9),)), "mnist-abc-a1")
+        writer.replicas(states("Running"), "mnist-abc-a1")
+        late = writer.requests - requests
+        del writer
+        gc.collect()
+    assert leaked == []
+    assert late == 0
+
+    with get_client(sync_client=True) as client:
+        (bar,) = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[f"{key}-progress"]))
+        )
+    assert bar.data == 100.0  # the finished bar was not moved back
