@@ -81,6 +81,9 @@ _EXPORTS: dict[str, str] = {
     # keys and events
     "schedule_slot_key": "kubedl_prefect.prefect.context",
     "JobEvent": "kubedl_prefect.prefect.events",
+    # artifacts sent in the background
+    "flush_artifacts": "kubedl_prefect.prefect.outbox",
+    "aflush_artifacts": "kubedl_prefect.prefect.outbox",
 }
 
 __all__ = [
@@ -101,6 +104,7 @@ __all__ = [
     "adelete_flow_run_jobs",
     "adeploy_inference_service",
     "adistributed_task",
+    "aflush_artifacts",
     "agate_model_version",
     "aregister_model",
     "arender_inference_service",
@@ -119,6 +123,7 @@ __all__ = [
     "deploy_inference_service",
     "distributed_job",
     "distributed_task",
+    "flush_artifacts",
     "gate_model_version",
     "register_model",
     "render_inference_service",
@@ -158,6 +163,7 @@ if TYPE_CHECKING:
         distributed_task,
     )
     from kubedl_prefect.prefect.model_blocks import KServeServing, MlflowRegistry
+    from kubedl_prefect.prefect.outbox import aflush_artifacts, flush_artifacts
     from kubedl_prefect.prefect.registry_tasks import (
         agate_model_version,
         aregister_model,

@@ -8,7 +8,8 @@ lifecycle's callback threads, inside the captured run context (:class:`.context.
 anything that fails in them is logged as a warning and never reaches the watch or the job.
 
 :attr:`JobReporter.calls` counts what was sent to the Prefect API (events, artifact requests, log
-lines), for the benchmark.
+lines), for the benchmark; the artifact requests of a run's end are counted once the outbox sent
+them (:func:`.outbox.flush_artifacts`).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from kubedl_prefect.prefect.events import (
     phase_event,
 )
 from kubedl_prefect.prefect.logs import DEFAULT_BURST, DEFAULT_RATE, LogForwarder
+from kubedl_prefect.prefect.outbox import outbox
 from kubedl_prefect.prefect.results import Timeline, TrainingResult
 
 logger = logging.getLogger(__name__)
@@ -127,6 +129,8 @@ class JobReporter:
         self._failures: dict[str, tuple[JobRef, PhaseUpdate]] = {}
         """uid -> the Failed update whose event waits for the diagnosis (:meth:`failed`)."""
         self._failed_told: set[str] = set()
+        self._ended = False
+        """Set by :meth:`finished`: the artifacts are final, a late callback item moves none."""
         self.last_line_at = 0.0
         """When the last log line arrived (monotonic clock)."""
 
@@ -230,28 +234,38 @@ class JobReporter:
         self._safely("the failed event", self.ctx.call, self._emit, event)
 
     def finished(self, result: TrainingResult, diagnosis: Diagnosis | None = None) -> None:
-        """The run ended: the progress at 100%, held-back log counts, the summary artifact.
+        """The run ended: held-back log counts now; the progress at 100% and the summary next.
 
         A Failed phase whose diagnosis was not told yet is told now, with the run's diagnosis
-        when it is that attempt's.
+        when it is that attempt's. Events and log lines are queued (Prefect sends them in the
+        background); the last artifact writes are final, so they go to the process's outbox
+        (:mod:`.outbox`) and the caller does not wait for the Prefect API: they reach it right
+        after, and at the latest when the process exits (:func:`.outbox.flush_artifacts`).
         """
         final = diagnosis or result.failure()
         for ref, _ in list(self._failures.values()):
             self.failed(ref, final if ref.uid == result.ref.get("uid") else None)
+        self._ended = True
+        self.ctx.call(self.forwarder.flush)
+        self.calls.log_lines = self.forwarder.sent_total
+        self.calls.log_lines_held = self.forwarder.held_total
+        job = self.ref.name if self.ref is not None else result.spec_name
+        outbox().submit(
+            f"the last artifacts of training job {job}",
+            lambda: self.ctx.call(self._final_artifacts, result),
+        )
 
-        def finish() -> None:
+    def _final_artifacts(self, result: TrainingResult) -> None:
+        """The run's last artifact writes, in order (on an outbox thread, in the run's context)."""
+        try:
             # The terminal phase change refreshed the replica table; an update Prefect never
             # got (it was down) goes again now.
-            self._safely("the replica table", self.artifacts.resend)
+            self._safely("the replica table", self._resend)
             if self._progressed and result.succeeded:
                 self._safely("the progress artifact", self._progress_done)
-            self.forwarder.flush()
             self._safely("the summary artifact", self._summary, result)
+        finally:
             self.artifacts.close()
-            self.calls.log_lines = self.forwarder.sent_total
-            self.calls.log_lines_held = self.forwarder.held_total
-
-        self.ctx.call(finish)
 
     # -- on callback threads ---------------------------------------------------------------
 
@@ -330,7 +344,7 @@ class JobReporter:
     # -- helpers ---------------------------------------------------------------------------
 
     def _show_progress(self, progress: Progress) -> None:
-        if self.ref is None:
+        if self.ref is None or self._ended:
             return
         self._progressed = True
         before = self.artifacts.requests
@@ -345,13 +359,18 @@ class JobReporter:
             self.calls.events += 1
 
     def _refresh_replicas(self, ref: JobRef, update: PhaseUpdate) -> None:
-        if not isinstance(self.backend, ReplicaSource):
+        if not isinstance(self.backend, ReplicaSource) or self._ended:
             return
         states = KubeRuntime.get().block_on(self.backend.replicas(ref))
         before = self.artifacts.requests
         queued = update.phase == Phase.QUEUING and update.admission is not None
         waiting = update.admission.reason if queued and update.admission is not None else ""
         self.artifacts.replicas(states, ref.name, waiting=waiting)
+        self.calls.artifact_requests += self.artifacts.requests - before
+
+    def _resend(self) -> None:
+        before = self.artifacts.requests
+        self.artifacts.resend()
         self.calls.artifact_requests += self.artifacts.requests - before
 
     def _progress_done(self) -> None:

@@ -390,7 +390,8 @@ class TrainingJobRun(JobRun[TrainingResult]):
             diagnosis=diagnosis,
         )
         self._result, self._error = result, error
-        await asyncio.to_thread(self.reporter.finished, result, diagnosis)
+        # Queues only (events, log lines, the last artifacts: sent in the background).
+        self.reporter.finished(result, diagnosis)
 
     async def _finish_recorded(self) -> None:
         """The record says the logical job ended: report it without training again."""

@@ -42,6 +42,7 @@ from kubedl_prefect.prefect.cleanup import remember_for_rollback, rollback_train
 from kubedl_prefect.prefect.reporting import task_run_label
 from kubedl_prefect.prefect.results import TrainingResult
 from kubedl_prefect.prefect.runs import SyncTrainingJobRun, TrainingJobRun
+from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.spec import render, spec_to_data, validate
 
 SavedRun = dict[str, Any]
@@ -230,6 +231,19 @@ async def awatch_admission(
         await handle.close()
 
 
+async def _to_the_end(handle: TrainingJobRun) -> TrainingResult:
+    """Follow ``handle`` to its end and return the result; release it either way.
+
+    The sync tasks run this whole, in one :func:`run_in_caller_context`: one helper thread and
+    loop per task, not one per step, so nothing is left to start after the job's end.
+    """
+    try:
+        await handle.wait_for_completion()
+        return await handle.fetch_result()
+    finally:
+        await handle.close()
+
+
 @task(name="wait-for-completion", task_run_name=_named("train"), **_TASK_OPTIONS)
 def watch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     """Follow a submitted job through every attempt to its end; return the result.
@@ -237,23 +251,18 @@ def watch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     Raises:
         JobFailedError: A permanent failure or retryable ones past the attempts (diagnosed).
     """
-    handle = SyncTrainingJobRun.attach(as_training_job(job), run)
-    try:
-        handle.wait_for_completion()
-        return handle.fetch_result()
-    finally:
-        handle.close()
+    block = as_training_job(job)
+
+    async def follow() -> TrainingResult:
+        return await _to_the_end(await TrainingJobRun.attach(block, run))
+
+    return run_in_caller_context(follow)
 
 
 @task(name="wait-for-completion", task_run_name=_named("train"), **_TASK_OPTIONS)
 async def awatch_completion(job: TrainingJob | str, run: SavedRun) -> TrainingResult:
     """Async :func:`watch_completion`."""
-    handle = await TrainingJobRun.attach(await _job(job), run)
-    try:
-        await handle.wait_for_completion()
-        return await handle.fetch_result()
-    finally:
-        await handle.close()
+    return await _to_the_end(await TrainingJobRun.attach(await _job(job), run))
 
 
 # -- the whole thing -------------------------------------------------------------------------
@@ -289,14 +298,7 @@ def run_training_job(
                 print(result.phase, result.checkpoint)
     """
     block = as_training_job(job)
-    handle = SyncTrainingJobRun.start(block, key=key)
-    try:
-        if rollback:
-            remember_for_rollback(block, handle.ref)
-        handle.wait_for_completion()
-        return handle.fetch_result()
-    finally:
-        handle.close()
+    return run_in_caller_context(lambda: _run_to_the_end(block, key, rollback))
 
 
 @task(name="run-training-job", task_run_name=_named("train"), **_TASK_OPTIONS)
@@ -304,15 +306,18 @@ async def arun_training_job(
     job: TrainingJob | str, key: str | None = None, rollback: bool = False
 ) -> TrainingResult:
     """Async :func:`run_training_job`."""
-    block = await _job(job)
+    return await _run_to_the_end(await _job(job), key, rollback)
+
+
+async def _run_to_the_end(block: TrainingJob, key: str | None, rollback: bool) -> TrainingResult:
     handle = await TrainingJobRun.start(block, key=key)
-    try:
-        if rollback:
+    if rollback:
+        try:
             remember_for_rollback(block, handle.ref)
-        await handle.wait_for_completion()
-        return await handle.fetch_result()
-    finally:
-        await handle.close()
+        except BaseException:
+            await handle.close()
+            raise
+    return await _to_the_end(handle)
 
 
 @task(name="cancel-training-job", task_run_name=_named("cancel"), **_TASK_OPTIONS)

@@ -47,6 +47,7 @@ from kubedl_prefect.prefect import (
     RetrySettings,
     TrainingJob,
     TrainingResult,
+    aflush_artifacts,
     arun_training_job,
     run_training_job,
 )
@@ -245,6 +246,9 @@ async def test_a_flow_run_trains_and_leaves_events_artifacts_and_labelled_logs(
     roles = {r.role for r in succeeded.related}
     assert {"flow-run", "task-run"} <= roles
 
+    # The last artifacts (the summary, the bar at 100%) are sent in the background once the
+    # task returned: flushed before they are read, as a script would.
+    assert await aflush_artifacts(timeout_s=60)
     async with get_client() as client:
         artifacts = await client.read_artifacts(
             artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))

@@ -61,8 +61,13 @@ def drain_prefect_workers() -> None:
 
     Between modules, so that their threads (which keep a websocket open and retry with random
     jitter) do not run under the next module's tests: Hypothesis fails a test whose strategies
-    see the global ``random`` state change under them.
+    see the global ``random`` state change under them. The artifacts our runs write in the
+    background (kubedl_prefect.prefect.outbox) are sent first, while the server still runs.
     """
+    if "kubedl_prefect.prefect.outbox" in sys.modules:
+        from kubedl_prefect.prefect.outbox import flush_artifacts
+
+        flush_artifacts(timeout_s=120)
     if "prefect.events.worker" not in sys.modules:
         return  # nothing of Prefect's ran in this process yet
     from prefect.events.worker import EventsWorker
