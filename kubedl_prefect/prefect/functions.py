@@ -111,6 +111,7 @@ def spec_name_for(function_name: str, replicas: int) -> str:
 
 
 def _roles(replicas: int) -> list[tuple[Role, int]]:
+    """The job's roles and their counts: one master (rank 0), ``replicas - 1`` workers."""
     roles = [(Role.MASTER, 1)]
     if replicas > 1:
         roles.append((Role.WORKER, replicas - 1))
@@ -159,6 +160,50 @@ def rank_zero_message(
             return state.pod, (str(message) if message else None)
         return state.pod, None
     return None, None
+
+
+def _messages(status: Mapping[str, Any]) -> list[str]:
+    """A container's termination messages: its current end, then the one before a restart."""
+    found = []
+    for state in ("state", "lastState"):
+        terminated = (status.get(state) or {}).get("terminated") or {}
+        if terminated.get("message"):
+            found.append(str(terminated["message"]))
+    return found
+
+
+def replica_errors(pods: Sequence[Mapping[str, Any]], container: str) -> list[ReplicaError]:
+    """The error records replicas left in their training containers' termination messages.
+
+    A replica whose function raised leaves its record there (:mod:`.bootstrap`); messages that
+    are not a function task's (a kubelet's fallback to the log's tail) are passed over.
+
+    Returns:
+        The records, the first written first (the failure's cause), one per rank.
+
+    Example:
+        >>> record = '{"error": {"rank": 1, "error_type": "ValueError", "last_line": '
+        >>> record += '"ValueError: no", "exit_code": 1, "time": 5.0}}'
+        >>> pod = {"metadata": {"name": "fn-a1-worker-0"}, "status": {"containerStatuses": [
+        ...        {"name": "pytorch", "state": {"terminated": {"exitCode": 1,
+        ...         "message": record}}}]}}
+        >>> [(e.rank, e.last_line) for e in replica_errors([pod], "pytorch")]
+        [(1, 'ValueError: no')]
+    """
+    found: dict[int, ReplicaError] = {}
+    for pod in pods:
+        name = (pod.get("metadata") or {}).get("name", "")
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            if status.get("name") != container:
+                continue
+            for message in _messages(status):
+                try:
+                    error = read_termination_message(message, where=f"pod {name}").error
+                except KubeDLPrefectError:
+                    continue
+                if error is not None and error.rank not in found:
+                    found[error.rank] = error
+    return sorted(found.values(), key=lambda error: (error.time, error.rank))
 
 
 class DistributedFunction:
@@ -282,7 +327,13 @@ class DistributedFunction:
             "framework": "pytorch",
             "image": self.image or LOCAL_IMAGE,
             "command": list(BOOTSTRAP_COMMAND),
-            "replicas": {role.value: count for role, count in _roles(self.replicas)},
+            # ExitCode for every role: a function that raised exits 1, a failure no restart
+            # in place mends (the job fails, and the pod keeps its termination message);
+            # a replica killed from outside (128 + signal) is restarted.
+            "replicas": {
+                role.value: {"count": count, "restartPolicy": "ExitCode"}
+                for role, count in _roles(self.replicas)
+            },
             "env": env,
             "checkpoint": checkpoint,
         }
@@ -323,6 +374,9 @@ class DistributedFunction:
         try:
             result = run_training_job.fn(job, key=key)
         except JobFailedError as exc:
+            if outputs is None:  # a cluster: the failed replica's termination message says why
+                records = run_in_caller_context(functools.partial(self._pod_errors, job, key, exc))
+                raise self._replica_error(exc, None, records) from exc
             raise self._replica_error(exc, outputs) from exc
         if outputs is None:
             cluster = job.cluster
@@ -335,6 +389,9 @@ class DistributedFunction:
         try:
             result = await arun_training_job.fn(job, key=key)
         except JobFailedError as exc:
+            if outputs is None:  # a cluster: the failed replica's termination message says why
+                records = await self._pod_errors(job, key, exc)
+                raise self._replica_error(exc, None, records) from exc
             raise self._replica_error(exc, outputs) from exc
         if outputs is None:
             return await self._from_pod(job.cluster, result)
@@ -367,14 +424,14 @@ class DistributedFunction:
                 result.checkpoint,
             )
             return None
-        from kubedl_prefect.kube.credentials import connect
-        from kubedl_prefect.kube.resources import PODS
-        from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects
-
         ref = result.job_ref
-        label, value = JobObjects(Dialect(ref.dialect), ref.name).pod_label
-        async with await connect(cluster.credentials()) as client:
-            pods = (await client.list(PODS, ref.namespace, label_selector=f"{label}={value}")).items
+        pods = await _job_pods(cluster, ref.namespace, ref.dialect, ref.name)
+        errors = replica_errors(pods, self.container_name)
+        if errors:  # a PyTorch job succeeds with its master, whatever a worker did
+            failed = JobFailedError(
+                f"function task {self.spec_name!r}: a replica's function raised", retryable=False
+            )
+            raise self._replica_error(failed, None, errors)
         pod, message = rank_zero_message(pods, self.container_name)
         where = f"pod {ref.namespace}/{pod}"
         if message is None:
@@ -393,6 +450,32 @@ class DistributedFunction:
             )
             raise self._replica_error(failed, None, [read.error])
         return read.result
+
+    async def _pod_errors(
+        self, job: TrainingJob, key: str, exc: JobFailedError
+    ) -> list[ReplicaError]:
+        """The error records in the termination messages of the failed attempt's pods.
+
+        Empty when the cluster cannot be read: the job's own failure is raised then.
+        """
+        from kubedl_prefect.spec.naming import job_name
+
+        cluster = job.cluster
+        if not isinstance(cluster, KubernetesCluster):
+            return []
+        name = job_name(job.training_spec().name, key, max(exc.attempts, 1))
+        try:
+            pods = await _job_pods(cluster, job.resolved_namespace(), job.dialect, name)
+        except KubeDLPrefectError as error:
+            get_run_logger().warning(
+                "function task %s: the pods of %s could not be read for the failed replica's "
+                "error: %s",
+                self.spec_name,
+                name,
+                error.message,
+            )
+            return []
+        return replica_errors(pods, self.container_name)
 
     def _outputs(self, job: TrainingJob, key: str) -> Path | None:
         """Where rank 0's result and the error records are, seen from here (local only)."""
@@ -438,6 +521,22 @@ class DistributedFunction:
             diagnosis=diagnosis,
             attempts=exc.attempts,
         )
+
+
+async def _job_pods(
+    cluster: KubernetesCluster, namespace: str, dialect: str, name: str
+) -> list[dict[str, Any]]:
+    """The pods of training job ``name`` (finished ones too, while the operator keeps them)."""
+    from kubedl_prefect.kube.credentials import connect
+    from kubedl_prefect.kube.resources import PODS
+    from kubedl_prefect.lifecycle.kubernetes.dialects import JobObjects
+
+    label, value = JobObjects(Dialect(dialect), name).pod_label
+    async with await connect(cluster.credentials()) as client:
+        pods: list[dict[str, Any]] = (
+            await client.list(PODS, namespace, label_selector=f"{label}={value}")
+        ).items
+    return pods
 
 
 @overload
@@ -706,6 +805,7 @@ __all__ = [
     "distributed_job",
     "distributed_task",
     "function_of",
+    "replica_errors",
     "replica_name",
     "spec_name_for",
 ]

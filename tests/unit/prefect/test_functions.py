@@ -32,6 +32,7 @@ from kubedl_prefect.prefect.functions import (
     distributed_task,
     function_of,
     rank_zero_message,
+    replica_errors,
     replica_name,
     spec_name_for,
 )
@@ -314,6 +315,55 @@ def test_rank_zeros_pod_is_found_by_its_labels_in_either_dialect() -> None:
     silent = [pod("fn-master-0", "master", "0", None, v1=False)]
     assert rank_zero_message(silent, "pytorch") == ("fn-master-0", None)
     assert rank_zero_message(silent[:0], "pytorch") == (None, None)
+
+
+def test_the_error_records_of_failed_replicas_come_from_their_termination_messages() -> None:
+    def record(rank: int, line: str, at: float) -> str:
+        return termination_message(error=ReplicaError(rank, "ValueError", line, 1, at))
+
+    def pod(name: str, statuses: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"metadata": {"name": name}, "status": {"containerStatuses": statuses}}
+
+    pods = [
+        pod("fn-master-0", [{"name": "pytorch", "state": {"terminated": {"message": "{}"}}}]),
+        pod(  # restarted (killed from outside) after its function raised: the last state says
+            "fn-worker-1",
+            [
+                {
+                    "name": "pytorch",
+                    "state": {"running": {}},
+                    "lastState": {"terminated": {"message": record(2, "E: later", 9.0)}},
+                }
+            ],
+        ),
+        pod(
+            "fn-worker-0",
+            [
+                {"name": "sidecar", "state": {"terminated": {"message": record(7, "no", 1.0)}}},
+                {
+                    "name": "pytorch",
+                    "state": {"terminated": {"message": record(1, "E: first", 5.0)}},
+                },
+            ],
+        ),
+        pod("fn-worker-2", [{"name": "pytorch", "state": {"terminated": {"message": "Error: 1"}}}]),
+    ]
+    errors = replica_errors(pods, "pytorch")
+    assert [(e.rank, e.last_line) for e in errors] == [(1, "E: first"), (2, "E: later")]
+    assert replica_errors(pods[:1], "pytorch") == []  # neither a record nor one of ours
+
+
+def test_every_replica_of_a_function_task_fails_on_its_functions_error_not_restarts(
+    tmp_path: Path,
+) -> None:
+    for cluster in (KubernetesCluster(namespace="ml"), LocalCluster(workspace=str(tmp_path))):
+        job = settings(cluster, image="x").training_job(([1.0], 2.0), {})
+        manifest = render(job.training_spec(), job.dialect)
+        policies = {
+            role: spec["restartPolicy"]
+            for role, spec in manifest["spec"]["pytorchReplicaSpecs"].items()
+        }
+        assert policies == {"Master": "ExitCode", "Worker": "ExitCode"}
 
 
 def read_payload_path() -> str:
