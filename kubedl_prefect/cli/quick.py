@@ -18,15 +18,16 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from kubedl_prefect.cli.specs import DIALECTS, ExitCode, echo, render_specs, validate_specs
 
+# Records of this module are a named tuple and a plain class, not dataclasses: making a dataclass
+# (its methods are generated and compiled) costs the start they are here to shorten.
 
-@dataclass(frozen=True)
-class _Option:
+
+class _Option(NamedTuple):
     """An option that takes one value: its keyword, and the values it accepts (any if none)."""
 
     key: str
@@ -54,13 +55,34 @@ _OPTIONS: Mapping[str, Mapping[str, _Option]] = {"validate": _VALIDATE, "render"
 _ATTEMPT = re.compile(r"[0-9]{1,2}")
 
 
-@dataclass
 class CommandLine:
     """A ``validate`` or ``render`` command line as the quick path read it."""
 
-    command: str
-    specs: list[Path] = field(default_factory=list)
-    options: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("command", "options", "specs")
+
+    def __init__(
+        self,
+        command: str,
+        specs: list[Path] | None = None,
+        options: dict[str, str] | None = None,
+    ) -> None:
+        self.command = command
+        self.specs: list[Path] = [] if specs is None else specs
+        self.options: dict[str, str] = {} if options is None else options
+
+    def __repr__(self) -> str:
+        return (
+            f"CommandLine(command={self.command!r}, specs={self.specs!r}, options={self.options!r})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CommandLine):
+            return NotImplemented
+        return (self.command, self.specs, self.options) == (
+            other.command,
+            other.specs,
+            other.options,
+        )
 
 
 def parse(argv: Sequence[str]) -> CommandLine | None:

@@ -25,6 +25,12 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from kubedl_prefect.spec.printable import share_with_pyyaml as _share_with_pyyaml
+
+# Before any module of the layer imports PyYAML: its import then skips a costly compile
+# (kubedl_prefect.spec.printable says which and why).
+_share_with_pyyaml()
+
 _EXPORTS: dict[str, str] = {
     "spec_hash": "kubedl_prefect.spec.hashing",
     "SPEC_ROOT_ENV": "kubedl_prefect.spec.io",

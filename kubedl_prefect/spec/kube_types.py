@@ -5,7 +5,9 @@ are a flat spelling of it (:class:`Resources`, :class:`Volume`), and check what 
 would check, so that an invalid value is refused with its field path instead of by the cluster.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: pydantic takes these modules' annotations as they
+# are instead of compiling and evaluating each one's text when the classes are made (a start-up
+# cost of kubedl-prefect validate); a class named before its definition is written in quotes.
 
 import ipaddress
 import re
@@ -76,7 +78,7 @@ class EnvValue(SpecModel):
     field_ref: FieldRef | None = Field(default=None, description="Value from a pod field.")
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> EnvValue:
+    def _exactly_one(self) -> "EnvValue":
         given = [
             name
             for name in ("value", "secret_key_ref", "config_map_key_ref", "field_ref")
@@ -139,7 +141,7 @@ class Toleration(SpecModel):
     )
 
     @model_validator(mode="after")
-    def _consistent(self) -> Toleration:
+    def _consistent(self) -> "Toleration":
         if self.operator == "Exists" and self.value:
             raise spec_error(
                 "a toleration with operator Exists cannot have a value",
@@ -180,7 +182,7 @@ class LabelSelectorRequirement(SpecModel):
     values: list[str] | None = Field(default=None, description="Values, for In and NotIn.")
 
     @model_validator(mode="after")
-    def _values_fit_operator(self) -> LabelSelectorRequirement:
+    def _values_fit_operator(self) -> "LabelSelectorRequirement":
         _check_operator_values(self.operator, self.values)
         return self
 
@@ -206,7 +208,7 @@ class NodeSelectorRequirement(SpecModel):
     values: list[str] | None = Field(default=None, description="Values.")
 
     @model_validator(mode="after")
-    def _values_fit_operator(self) -> NodeSelectorRequirement:
+    def _values_fit_operator(self) -> "NodeSelectorRequirement":
         _check_operator_values(self.operator, self.values)
         return self
 
@@ -222,7 +224,7 @@ class NodeSelectorTerm(SpecModel):
     )
 
     @model_validator(mode="after")
-    def _fields_supported(self) -> NodeSelectorTerm:
+    def _fields_supported(self) -> "NodeSelectorTerm":
         for requirement in self.match_fields or []:
             if (
                 requirement.key != "metadata.name"
@@ -344,7 +346,7 @@ class Volume(SpecModel):
     secret: ObjectName | None = Field(default=None, description="Secret name.")
 
     @model_validator(mode="after")
-    def _exactly_one_source(self) -> Volume:
+    def _exactly_one_source(self) -> "Volume":
         sources = [
             name
             for name in ("pvc", "empty_dir", "host_path", "config_map", "secret")
@@ -453,7 +455,7 @@ class MetricTarget(SpecModel):
     )
 
     @model_validator(mode="after")
-    def _field_fits_type(self) -> MetricTarget:
+    def _field_fits_type(self) -> "MetricTarget":
         wanted = {
             "Utilization": "average_utilization",
             "Value": "value",
@@ -554,7 +556,7 @@ class MetricSpec(SpecModel):
     external: ExternalMetric | None = Field(default=None, description="For type External.")
 
     @model_validator(mode="after")
-    def _member_fits_type(self) -> MetricSpec:
+    def _member_fits_type(self) -> "MetricSpec":
         wanted, targets = _METRIC_SOURCES[self.type]
         members = {name for name, _ in _METRIC_SOURCES.values() if getattr(self, name) is not None}
         spelled = {

@@ -16,7 +16,9 @@ scalars) and :mod:`kubedl_prefect.spec.kube_types` (the pod settings passed thro
 resources, tolerations, affinity, volumes); they are re-exported here.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: pydantic takes these modules' annotations as they
+# are instead of compiling and evaluating each one's text when the classes are made (a start-up
+# cost of kubedl-prefect validate); a class named before its definition is written in quotes.
 
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, TypeVar
@@ -517,7 +519,7 @@ class TrainingJobSpec(ContainerSettings):
         return value
 
     @model_validator(mode="after")
-    def _cross_field_checks(self) -> TrainingJobSpec:
+    def _cross_field_checks(self) -> "TrainingJobSpec":
         issues = spec_issues(self)
         if issues:
             summary = "; ".join(str(issue) for issue in issues)
@@ -534,7 +536,7 @@ class TrainingJobSpec(ContainerSettings):
         roles = sorted(self.replicas, key=lambda r: order.index(r) if r in order else len(order))
         return [self._resolve(role, self.replicas[role]) for role in roles]
 
-    def _resolve(self, role: Role, spec: RoleSpec) -> ResolvedRole:
+    def _resolve(self, role: Role, spec: RoleSpec) -> "ResolvedRole":
         path = f"replicas.{role.value}"
         env = dict(self.env or {})
         env.update(spec.env or {})

@@ -45,6 +45,7 @@ from pydantic import BaseModel
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.paths import format_path
+from kubedl_prefect.spec.printable import NON_PRINTABLE
 
 MAX_SPEC_BYTES: Final = 256 * 1024
 """The largest spec accepted, in bytes of UTF-8 (256 KiB).
@@ -467,16 +468,21 @@ _Constructor.yaml_constructors = {
 _LOADER: Final[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 """The parser: libyaml's when PyYAML was built with it (ten times faster), else PyYAML's."""
 
-_NON_PRINTABLE: Final = re.compile(
-    "[^\x09\x0a\x0d\x20-\x7e\x85\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]"
-)
 
-
-@dataclass
 class _Frame:
-    node: yaml.SequenceNode | yaml.MappingNode
-    anchor: str | None
-    start_count: int
+    """An open collection: its node, its anchor, the node count at its start.
+
+    A plain class, not a dataclass: making a dataclass costs ``kubedl-prefect validate``'s start.
+    """
+
+    __slots__ = ("anchor", "node", "start_count")
+
+    def __init__(
+        self, node: yaml.SequenceNode | yaml.MappingNode, anchor: str | None, start_count: int
+    ) -> None:
+        self.node = node
+        self.anchor = anchor
+        self.start_count = start_count
 
 
 class _Composer:
@@ -658,7 +664,7 @@ def _char_at(text: str, mark: yaml.Mark) -> str:
 
 
 def _check_characters(text: str, source: str | None) -> None:
-    bad = _NON_PRINTABLE.search(text)
+    bad = NON_PRINTABLE.search(text)
     if bad is None:
         return
     line = text.count("\n", 0, bad.start()) + 1

@@ -242,6 +242,32 @@ def test_plain_validate_and_render_load_neither_typer_nor_the_app(args: list[str
     assert loaded == []
 
 
+# Each render imports the renderer of its own dialect only (the Trainer one is the largest); a
+# validate without a dialect imports none.
+RENDERERS = ("kubedl_prefect.spec.renderers", "kubedl_prefect.spec.kueue")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["validate", "examples/pytorch-mnist.yaml"], []),
+        (
+            ["render", "examples/pytorch-mnist.yaml", "-d", "kubedl"],
+            ["common", "kubedl"],
+        ),
+        (
+            ["validate", "examples/pytorch-mnist.yaml", "-d", "kubeflow"],
+            ["common", "kubeflow", "kueue"],
+        ),
+    ],
+)
+def test_a_dialect_loads_only_its_own_renderer(args: list[str], expected: list[str]) -> None:
+    done, loaded = _loaded_by(*args, heavy=RENDERERS)
+    assert done.returncode == ExitCode.OK, done.stderr
+    modules = [name.rsplit(".", 1)[-1] for name in loaded if name != RENDERERS[0]]
+    assert sorted(modules) == expected
+
+
 def test_testbed_commands_load_the_test_bed_when_used() -> None:
     done, loaded = _loaded_by("testbed", "--help")
     assert done.returncode == ExitCode.OK, done.stderr

@@ -3,6 +3,9 @@
 ``render`` is re-exported by :mod:`kubedl_prefect.spec`; the dialect modules hold the facts of
 each operator. Every rendered manifest is checked before it is returned: each container has an
 image, and the whole object fits what the API server stores (:data:`MAX_MANIFEST_BYTES`).
+
+A render imports the module of its own dialect only (``kubedl-prefect render --dialect kubedl``
+starts without the Trainer renderer, the largest).
 """
 
 from __future__ import annotations
@@ -13,12 +16,8 @@ from typing import Final
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import dialect_issues
-from kubedl_prefect.spec.kueue import queued_manifest
 from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.renderers.common import Manifest, RenderOptions, deep_merge
-from kubedl_prefect.spec.renderers.kubedl import render_kubedl
-from kubedl_prefect.spec.renderers.kubeflow import render_kubeflow
-from kubedl_prefect.spec.renderers.trainer import render_trainer
 from kubedl_prefect.spec.types import FRAMEWORKS, TRAINJOB_KIND, Dialect
 from kubedl_prefect.spec.validation import as_dialect
 
@@ -94,11 +93,18 @@ def render_unchecked(
     """
     options = options or RenderOptions()
     if dialect is Dialect.KUBEDL:
+        from kubedl_prefect.spec.renderers.kubedl import render_kubedl
+
         return render_kubedl(spec, options)
     if dialect is Dialect.TRAINER:
+        from kubedl_prefect.spec.kueue import queued_manifest
+        from kubedl_prefect.spec.renderers.trainer import render_trainer
+
         # Kueue's labels and spec.suspend when spec.kueue names a queue (the Kubeflow renderer
         # applies them itself).
         return queued_manifest(render_trainer(spec, options), spec)
+    from kubedl_prefect.spec.renderers.kubeflow import render_kubeflow
+
     return render_kubeflow(spec, options)
 
 
