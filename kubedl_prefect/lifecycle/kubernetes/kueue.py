@@ -52,6 +52,7 @@ from kubedl_prefect.spec.quantity import parse_quantity
 
 __all__ = [
     "KUEUE_GRACE_S",
+    "cohort_borrowing",
     "job_workload",
     "kueue_blocker",
     "kueue_queue",
@@ -772,3 +773,95 @@ def _deactivated_blocker(workload: KubeObject, queues: _Queues) -> Blocker:
         subject=subject,
         permanent=True,
     )
+
+
+def _quantity(text: object) -> Decimal:
+    try:
+        return parse_quantity(str(text if text is not None else "0").strip() or "0")
+    except ValueError:
+        return Decimal(0)
+
+
+def _workload_usage(admission: KubeObject) -> dict[tuple[str, str], Decimal]:
+    """``(flavor, resource)`` to what the admitted Workload holds there, over its pod sets."""
+    usage: dict[tuple[str, str], Decimal] = {}
+    for assignment in admission.get("podSetAssignments") or []:
+        flavors = assignment.get("flavors") or {}
+        for resource, amount in (assignment.get("resourceUsage") or {}).items():
+            flavor = flavors.get(resource)
+            if flavor:
+                key = (str(flavor), str(resource))
+                usage[key] = usage.get(key, Decimal(0)) + _quantity(amount)
+    return usage
+
+
+def _nominal(cluster_queue: KubeObject) -> dict[tuple[str, str], str]:
+    """``(flavor, resource)`` to the ClusterQueue's nominal quota, as written."""
+    found: dict[tuple[str, str], str] = {}
+    for group in (cluster_queue.get("spec") or {}).get("resourceGroups") or []:
+        for flavor in group.get("flavors") or []:
+            for resource in flavor.get("resources") or []:
+                key = (str(flavor.get("name")), str(resource.get("name")))
+                found[key] = str(resource.get("nominalQuota") or "0")
+    return found
+
+
+def cohort_borrowing(workload: KubeObject, cluster_queue: KubeObject | None) -> str | None:
+    """One line saying that Kueue admitted the Workload on quota borrowed from the cohort.
+
+    Kueue v0.19.2 does not mark a Workload admitted by borrowing: its ``status.admission``
+    names the ClusterQueue and, per pod set, the flavor of each resource and what it uses. The
+    ClusterQueue's ``status.flavorsUsage`` says how much of each flavor's resource is in use
+    (``total``) and how much of that is borrowed from its cohort (``borrowed``, above its
+    ``nominalQuota``). The job borrows where it holds a resource of a flavor that its
+    ClusterQueue borrows: at most what it holds there, at most what the queue borrows.
+
+    ``None`` when the Workload holds no quota (neither reserved nor admitted), the ClusterQueue
+    is not the one that admitted it (or was not read), it is in no cohort, or it borrows nothing
+    the job holds. The queue's usage is read when the wait reads it: a queue that admits or
+    ends other jobs meanwhile changes what it borrows.
+
+    Example:
+        >>> workload = {"status": {
+        ...     "conditions": [{"type": "Admitted", "status": "True"}],
+        ...     "admission": {"clusterQueue": "cq-b", "podSetAssignments": [
+        ...         {"name": "master", "flavors": {"nvidia.com/gpu": "gpu-a"},
+        ...          "resourceUsage": {"nvidia.com/gpu": "2"}}]}}}
+        >>> queue = {"metadata": {"name": "cq-b"}, "spec": {"cohortName": "research",
+        ...     "resourceGroups": [{"flavors": [{"name": "gpu-a", "resources": [
+        ...         {"name": "nvidia.com/gpu", "nominalQuota": "2"}]}]}]},
+        ...     "status": {"flavorsUsage": [{"name": "gpu-a", "resources": [
+        ...         {"name": "nvidia.com/gpu", "total": "4", "borrowed": "2"}]}]}}
+        >>> cohort_borrowing(workload, queue)
+        'admitted on quota borrowed from cohort research: 2 nvidia.com/gpu in flavor gpu-a \
+(ClusterQueue cq-b: nominal quota 2, 4 in use)'
+    """
+    admission = (workload.get("status") or {}).get("admission") or {}
+    name = str(admission.get("clusterQueue") or "")
+    holds = _is_true(workload, "Admitted") or _is_true(workload, "QuotaReserved")
+    if not name or cluster_queue is None or not holds:
+        return None
+    if str((cluster_queue.get("metadata") or {}).get("name") or "") != name:
+        return None
+    spec = cluster_queue.get("spec") or {}
+    cohort = str(spec.get("cohortName") or spec.get("cohort") or "")
+    if not cohort:
+        return None
+    held = _workload_usage(admission)
+    nominal = _nominal(cluster_queue)
+    parts: list[str] = []
+    for flavor in (cluster_queue.get("status") or {}).get("flavorsUsage") or []:
+        for resource in flavor.get("resources") or []:
+            key = (str(flavor.get("name")), str(resource.get("name")))
+            borrowed = _quantity(resource.get("borrowed"))
+            mine = held.get(key, Decimal(0))
+            if borrowed <= 0 or mine <= 0:
+                continue
+            amount = format(min(borrowed, mine).normalize(), "f")
+            parts.append(
+                f"{amount} {key[1]} in flavor {key[0]} (ClusterQueue {name}: nominal quota "
+                f"{nominal.get(key, '0')}, {_number(str(resource.get('total') or '0'))} in use)"
+            )
+    if not parts:
+        return None
+    return f"admitted on quota borrowed from cohort {cohort}: {'; '.join(parts)}"
