@@ -45,8 +45,11 @@ class PhaseTracker:
     def observe(self, status: JobStatus, admission: AdmissionState) -> PhaseUpdate | None:
         """Record what a wait sees now; return the update if it is news, else ``None``."""
         phase = status.phase
+        # The queue's word comes first: a job its queue evicted is not admitted while its old
+        # pods, still bound to their nodes, are stopping.
+        held = status.queue is not None and not status.queue.admitted
         if phase in (Phase.CREATED, Phase.QUEUING):
-            if admission.admitted:
+            if admission.admitted and not held:
                 phase = Phase.ADMITTED
             elif admission.blocker not in _NOT_QUEUING:
                 phase = Phase.QUEUING

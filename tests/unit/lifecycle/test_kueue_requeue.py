@@ -171,6 +171,28 @@ def test_the_whole_sequence_never_fails_and_says_requeued_with_kueues_reason() -
     assert requeued[0].message == f"requeued: Preempted: {PREEMPTED}"
 
 
+def test_a_requeued_job_whose_old_pods_are_still_stopping_is_queuing_not_admitted() -> None:
+    # Seen on real pods: Kueue evicted the job, the operator is deleting its pods, which are
+    # still bound to their node, so the pods alone would read admitted.
+    status = read(
+        job(CREATED, STOPPED, SUSPENDED, suspend=True),
+        workload(RESERVED, NOT_ADMITTED, EVICTED, PREEMPTED_TOO, REQUEUED, count=1),
+    )
+    tracker = PhaseTracker(None)
+    update = tracker.observe(status, AdmissionState(admitted=True, scheduled=2, expected=2))
+    assert update is not None
+    assert update.phase is Phase.QUEUING
+    assert update.status.message.startswith("requeued: Preempted")
+    # Admitted again by Kueue and the pods bound: admitted.
+    admitted = read(
+        job(CREATED, RESUMED, suspend=False),
+        workload(RESERVED, ADMITTED, EVICTION_CLEARED, REQUEUED, count=1),
+    )
+    again = tracker.observe(admitted, AdmissionState(admitted=True, scheduled=2, expected=2))
+    assert again is not None
+    assert again.phase is Phase.ADMITTED
+
+
 def test_the_requeue_count_and_a_backoff_are_kueues() -> None:
     hold = queue_hold(
         job(CREATED, STOPPED, SUSPENDED, suspend=True),
