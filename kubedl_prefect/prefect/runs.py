@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -33,6 +34,7 @@ from kubedl_prefect.errors import (
     KubeDLPrefectError,
     WaitTimeoutError,
 )
+from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.lifecycle.admission import AdmissionState
 from kubedl_prefect.lifecycle.backend import (
     JobOutcome,
@@ -59,6 +61,8 @@ from kubedl_prefect.spec import TrainingJobSpec, validate
 
 if TYPE_CHECKING:
     from kubedl_prefect.prefect.blocks import TrainingJob
+
+logger = logging.getLogger(__name__)
 
 LOG_QUIET_S = 0.1
 """After a job ended, its log streams are closed once no line came for this long."""
@@ -460,6 +464,32 @@ class TrainingJobRun(JobRun[TrainingResult]):
         """Release the backend's connections (the job is not touched)."""
         await self.backend.close()
 
+    def close_later(self) -> None:
+        """:meth:`close` without waiting for it (the training tasks, once the run ended).
+
+        Closing waits for the run's end records the backend is still writing (a request to the
+        API server the lifecycle sent in the background). The release runs on the Kubernetes
+        runtime's loop, after them, and interpreter exit waits for it
+        (:meth:`~kubedl_prefect.kube.runtime.KubeRuntime.track`); a failure is logged.
+        """
+        backend, name = self.backend, self._ref.name if self._ref is not None else self.key
+        runtime = KubeRuntime.get()
+
+        async def close() -> None:
+            try:
+                await backend.close()
+            except Exception as exc:
+                logger.warning(
+                    "kubedl-prefect could not release the connections of training job %s: %s",
+                    name,
+                    exc,
+                )
+
+        def start() -> None:
+            runtime.track(runtime.loop.create_task(close()))
+
+        runtime.loop.call_soon_threadsafe(start)
+
 
 @runtime_checkable
 class CheckpointPlace(Protocol):
@@ -594,3 +624,7 @@ class SyncTrainingJobRun:
     def close(self) -> None:
         """Blocking :meth:`TrainingJobRun.close`."""
         return run_in_caller_context(self.run.close)
+
+    def close_later(self) -> None:
+        """:meth:`TrainingJobRun.close_later` (returns at once)."""
+        self.run.close_later()

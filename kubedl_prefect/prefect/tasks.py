@@ -235,13 +235,19 @@ async def _to_the_end(handle: TrainingJobRun) -> TrainingResult:
     """Follow ``handle`` to its end and return the result; release it either way.
 
     The sync tasks run this whole, in one :func:`run_in_caller_context`: one helper thread and
-    loop per task, not one per step, so nothing is left to start after the job's end.
+    loop per task, not one per step, so nothing is left to start after the job's end. A run
+    that ended is released without waiting (:meth:`TrainingJobRun.close_later`: its end record
+    is still being written); after an error, which a retry of the task may follow, the release
+    and that record are waited for.
     """
     try:
         await handle.wait_for_completion()
-        return await handle.fetch_result()
-    finally:
+        result = await handle.fetch_result()
+    except BaseException:
         await handle.close()
+        raise
+    handle.close_later()
+    return result
 
 
 @task(name="wait-for-completion", task_run_name=_named("train"), **_TASK_OPTIONS)
