@@ -384,14 +384,34 @@ def cluster_ca_bundle(layout: Layout) -> str:
     return base64.b64encode(layout.ca_file.read_bytes()).decode()
 
 
-def resource_flavor() -> dict[str, Any]:
-    """:data:`FLAVOR`: the kwok nodes, by the label every test-bed node carries."""
+def resource_flavor(
+    name: str = FLAVOR, node_labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """A ResourceFlavor of the nodes carrying ``node_labels``.
+
+    By default :data:`FLAVOR`: the kwok nodes, by the label every test-bed node carries. A
+    flavor of the process node (:func:`process_flavor`) lets Kueue admit jobs whose pods run
+    as real processes.
+    """
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "ResourceFlavor",
-        "metadata": {"name": FLAVOR},
-        "spec": {"nodeLabels": {NODE_LABEL: "true"}},
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": dict(node_labels or {NODE_LABEL: "true"})},
     }
+
+
+def process_flavor(name: str, label: str) -> dict[str, Any]:
+    """A ResourceFlavor of the process node (labelled ``label: "true"``), named ``name``.
+
+    Pods that run there already tolerate its taint (they opt in to it), so the flavor lists no
+    taint; Kueue puts the label into the admitted pods' node selector.
+
+    Example:
+        >>> process_flavor("process", "testbed.kubedl-prefect.io/process-node")["spec"]
+        {'nodeLabels': {'testbed.kubedl-prefect.io/process-node': 'true'}}
+    """
+    return resource_flavor(name, {label: "true"})
 
 
 def priority_classes() -> list[dict[str, Any]]:
@@ -417,11 +437,13 @@ def cluster_queue(
     memory: str = "256Gi",
     cohort: str | None = None,
     preempt_lower_priority: bool = True,
+    flavor: str = FLAVOR,
 ) -> dict[str, Any]:
-    """A ClusterQueue admitting jobs of ``namespace`` up to ``gpus`` GPUs of :data:`FLAVOR`.
+    """A ClusterQueue admitting jobs of ``namespace`` up to ``gpus`` GPUs of ``flavor``.
 
-    Its quota covers cpu, memory and ``nvidia.com/gpu``; with ``preempt_lower_priority`` a job
-    of a higher WorkloadPriorityClass preempts lower ones in the same queue.
+    Its quota covers cpu, memory and ``nvidia.com/gpu`` of one flavor (:data:`FLAVOR` unless
+    told); with ``preempt_lower_priority`` a job of a higher WorkloadPriorityClass preempts
+    lower ones in the same queue.
 
     Example:
         >>> queue = cluster_queue("cq-a", namespace="team-a", gpus=4, cohort="research")
@@ -436,7 +458,7 @@ def cluster_queue(
                 "coveredResources": ["cpu", "memory", GPU_RESOURCE],
                 "flavors": [
                     {
-                        "name": FLAVOR,
+                        "name": flavor,
                         "resources": [
                             {"name": "cpu", "nominalQuota": cpu},
                             {"name": "memory", "nominalQuota": memory},
