@@ -400,6 +400,81 @@ def test_a_flow_killed_mid_training_is_adopted_when_run_again_with_the_same_key(
     assert [j["metadata"]["uid"] for j in cluster_objects(namespace, kind, kubeconfig)] == [uid]
 
 
+@pytest.mark.long  # a real flow process and pods: 67 s on a loaded machine
+def test_a_flow_process_that_exits_at_once_leaves_the_end_recorded_and_the_summary_written(
+    prefect_server: dict[str, str], kubeconfig: Path, namespace: str, tmp_path: Path
+) -> None:
+    """What the task no longer waits for — the job's end record, its last artifacts — is sent
+    before the process exits, even when it exits as soon as the flow returned."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from prefect import flow
+            from kubedl_prefect.prefect import KubernetesCluster, TrainingJob, run_training_job
+            from kubedl_prefect.spec import loads_spec
+
+            job = TrainingJob(
+                spec=loads_spec({json.dumps(spec_yaml(run_duration="2s", workers=1))}),
+                cluster=KubernetesCluster(kubeconfig_path={str(kubeconfig)!r},
+                                          namespace={namespace!r}),
+            )
+
+            @flow
+            def train():
+                return run_training_job(job, key="exits-at-once")
+
+            state = train(return_state=True)
+            print("FLOW_RUN", state.state_details.flow_run_id, state.type.value, flush=True)
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        env=prefect_server,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("FLOW_RUN "))
+    _, flow_run_id, state = line.split()
+    assert state == "COMPLETED", done.stderr[-3000:]
+
+    backend = KubernetesBackend(namespace=namespace, kubeconfig=str(kubeconfig))
+
+    async def history() -> Any:
+        try:
+            return await backend.history(spec(run_duration="2s", workers=1), key="exits-at-once")
+        finally:
+            await backend.close()
+
+    record = KubeRuntime.get().block_on(history())
+    assert record is not None
+    latest = record.latest
+    assert latest is not None
+    assert (latest.attempt, latest.phase) == (1, "Succeeded")
+
+    with_summary = []
+    for artifact in asyncio.run(artifacts_of(UUID(flow_run_id))):
+        if str(artifact.key).endswith("-summary"):
+            with_summary.append(str(artifact.data))
+    assert len(with_summary) == 1, done.stderr[-3000:]
+    assert "# Training job `mnist`: Succeeded" in with_summary[0]
+
+
+async def artifacts_of(flow_run_id: UUID) -> list[Any]:
+    async with get_client() as client:
+        return list(
+            await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+                )
+            )
+        )
+
+
 def spec_yaml(**kwargs: Any) -> str:
     from kubedl_prefect.spec import dump_spec
 
