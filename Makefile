@@ -5,9 +5,11 @@ install:
 	@scripts/install
 
 # `make demo KEEP=1` leaves the demo's servers running (`scripts/demo --stop` stops them);
-# `make demo EPOCHS=2` trains fewer epochs.
+# `make demo EPOCHS=2` trains fewer epochs. `make demo TARGET=testbed`: the same flow on the
+# test bed, with real pods (`scripts/demo --testbed`).
 demo: install
-	@scripts/demo $(if $(KEEP),--keep-servers) $(if $(EPOCHS),--epochs $(EPOCHS))
+	@$(if $(filter-out local testbed,$(TARGET)),$(error TARGET is local (the default) or testbed, not '$(TARGET)'))
+	@scripts/demo $(if $(filter testbed,$(TARGET)),--testbed) $(if $(KEEP),--keep-servers) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 test: install
 	@scripts/test

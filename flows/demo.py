@@ -63,10 +63,10 @@ def step(text: str) -> Iterator[None]:
     say(f"{text}: done in {time.monotonic() - started:.0f} s")
 
 
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port of ``host`` that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
 
@@ -118,14 +118,20 @@ class Server:
 
 
 def start_server(
-    name: str, command: list[str], *, url: str, health: str, env: dict[str, str]
+    name: str,
+    command: list[str],
+    *,
+    url: str,
+    health: str,
+    env: dict[str, str],
+    state: Path = STATE,
 ) -> Server:
-    """Start ``command`` in a session of its own, logging to ``.demo/<name>.log``; wait healthy."""
-    log = STATE / f"{name}.log"
+    """Start ``command`` in a session of its own, logging to ``<state>/<name>.log``."""
+    log = state / f"{name}.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
             command,
-            cwd=STATE,
+            cwd=state,
             env={**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -168,11 +174,15 @@ def start_servers() -> dict[str, Server]:
         return kept
     for server in kept.values():
         server.stop()
+    return {"prefect": start_prefect(), "mlflow": start_mlflow()}
+
+
+def start_prefect(state: Path = STATE) -> Server:
+    """A Prefect server on 127.0.0.1 (a free port), its database under ``<state>/prefect``."""
     bin_dir = Path(sys.executable).parent
-    prefect_port, mlflow_port = free_port(), free_port()
-    (STATE / "prefect").mkdir(parents=True, exist_ok=True)
-    (STATE / "mlflow" / "artifacts").mkdir(parents=True, exist_ok=True)
-    prefect = start_server(
+    prefect_port = free_port()
+    (state / "prefect").mkdir(parents=True, exist_ok=True)
+    return start_server(
         "prefect",
         [
             str(bin_dir / "prefect"),
@@ -186,54 +196,70 @@ def start_servers() -> dict[str, Server]:
         url=f"http://127.0.0.1:{prefect_port}",
         health="/api/health",
         env={
-            "PREFECT_HOME": str(STATE / "prefect"),
+            "PREFECT_HOME": str(state / "prefect"),
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_UI_API_URL": f"http://127.0.0.1:{prefect_port}/api",
         },
+        state=state,
     )
-    mlflow = start_server(
+
+
+def start_mlflow(state: Path = STATE, host: str = "127.0.0.1") -> Server:
+    """An MLflow server on ``host`` (a free port): SQLite and artifacts under ``<state>/mlflow``.
+
+    On another address than loopback (a test bed's pod gateway) MLflow is told to accept that
+    ``Host`` header too: MLflow 3 refuses others than loopback's and the private ranges'.
+    """
+    bin_dir = Path(sys.executable).parent
+    mlflow_port = free_port(host)
+    (state / "mlflow" / "artifacts").mkdir(parents=True, exist_ok=True)
+    allowed = [] if host == "127.0.0.1" else ["--allowed-hosts", f"{host},{host}:*"]
+    return start_server(
         "mlflow",
         [
             str(bin_dir / "mlflow"),
             "server",
             "--backend-store-uri",
-            f"sqlite:///{STATE / 'mlflow' / 'mlflow.db'}",
+            f"sqlite:///{state / 'mlflow' / 'mlflow.db'}",
             "--artifacts-destination",
-            (STATE / "mlflow" / "artifacts").as_uri(),
+            (state / "mlflow" / "artifacts").as_uri(),
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(mlflow_port),
             "--workers",
             "1",
+            *allowed,
         ],
-        url=f"http://127.0.0.1:{mlflow_port}",
+        url=f"http://{host}:{mlflow_port}",
         health="/health",
         env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        state=state,
     )
-    return {"prefect": prefect, "mlflow": mlflow}
 
 
-def load_servers() -> dict[str, Server]:
+def load_servers(state: Path = STATE) -> dict[str, Server]:
     """The servers a ``--keep-servers`` run left (those still alive)."""
-    if not SERVERS_FILE.exists():
+    servers_file = state / SERVERS_FILE.name
+    if not servers_file.exists():
         return {}
-    data = json.loads(SERVERS_FILE.read_text())
+    data = json.loads(servers_file.read_text())
     servers = {name: Server(**fields) for name, fields in data.items()}
     return {name: server for name, server in servers.items() if server.alive()}
 
 
-def save_servers(servers: dict[str, Server]) -> None:
+def save_servers(servers: dict[str, Server], state: Path = STATE) -> None:
     """Record the servers, so that the next run (or ``--stop``) finds them."""
-    SERVERS_FILE.write_text(json.dumps({n: vars(s) for n, s in servers.items()}, indent=2))
+    servers_file = state / SERVERS_FILE.name
+    servers_file.write_text(json.dumps({n: vars(s) for n, s in servers.items()}, indent=2))
 
 
-def stop_servers() -> None:
+def stop_servers(state: Path = STATE) -> None:
     """Stop every server of the demo (kept or not); forget them."""
-    for server in load_servers().values():
+    for server in load_servers(state).values():
         server.stop()
         say(f"stopped the {server.name} server")
-    SERVERS_FILE.unlink(missing_ok=True)
+    (state / SERVERS_FILE.name).unlink(missing_ok=True)
 
 
 # -- the chain --------------------------------------------------------------------------------
@@ -339,7 +365,7 @@ def run_chain(
         attempts=len(result.training.attempts),
         model_uri=result.version.model_uri,
         run_id=result.version.run_id or "",
-        experiment_id=_experiment_of(tracking, result.version.run_id),
+        experiment_id=experiment_of(tracking, result.version.run_id),
         decision=f"{verdict}: {result.decision.reason}",
         served_uri=server.model_uri,
         infer_url=server.infer_url,
@@ -350,7 +376,8 @@ def run_chain(
     return summary, server
 
 
-def _experiment_of(tracking: str, run_id: str | None) -> str:
+def experiment_of(tracking: str, run_id: str | None) -> str:
+    """The experiment of the MLflow run ``run_id`` (for its URL); empty without a run."""
     if not run_id:
         return ""
     answer = httpx.get(f"{tracking}/api/2.0/mlflow/runs/get", params={"run_id": run_id})
@@ -358,15 +385,21 @@ def _experiment_of(tracking: str, run_id: str | None) -> str:
     return str(answer.json()["run"]["info"]["experiment_id"])
 
 
-def print_summary(summary: Summary, servers: dict[str, Server], elapsed_s: float) -> None:
-    """The short summary: where to look, and the prediction."""
+def summary_lines(
+    summary: Summary,
+    servers: dict[str, Server],
+    elapsed_s: float,
+    *,
+    replicas: str = "2 replicas, DDP",
+) -> list[str]:
+    """The summary's lines from its title to the prediction (the Kubernetes demo's too)."""
     prefect, mlflow = servers["prefect"].url, servers["mlflow"].url
     version = summary.model_uri.rsplit("/", 1)[-1]
     classes = [max(range(len(row)), key=row.__getitem__) for row in summary.prediction]
-    lines = [
+    return [
         "",
         f"demo done in {elapsed_s:.0f} s",
-        f"  training        {summary.phase} after {summary.attempts} attempt(s) (2 replicas, DDP)",
+        f"  training        {summary.phase} after {summary.attempts} attempt(s) ({replicas})",
         f"  Prefect run     {prefect}/runs/flow-run/{summary.flow_run_id}",
         f"  MLflow run      {mlflow}/#/experiments/{summary.experiment_id}/runs/{summary.run_id}",
         f"  model version   {mlflow}/#/models/{MODEL_NAME}/versions/{version}",
@@ -374,9 +407,16 @@ def print_summary(summary: Summary, servers: dict[str, Server], elapsed_s: float
         f"  served          {summary.served_uri} at {summary.infer_url}",
         f"  prediction      {POINTS} -> classes {classes}",
         f"                  logits {[[round(v, 3) for v in row] for row in summary.prediction]}",
-        f"  InferenceService {summary.manifest_path.relative_to(REPO)} (rendered and validated;"
-        f" {summary.applied})",
     ]
+
+
+def print_summary(summary: Summary, servers: dict[str, Server], elapsed_s: float) -> None:
+    """The short summary: where to look, and the prediction."""
+    lines = summary_lines(summary, servers, elapsed_s)
+    lines.append(
+        f"  InferenceService {summary.manifest_path.relative_to(REPO)} (rendered and validated;"
+        f" {summary.applied})"
+    )
     print("\n".join(lines), flush=True)
 
 
