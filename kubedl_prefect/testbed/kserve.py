@@ -1,4 +1,4 @@
-"""The real KServe controller in the test bed: Standard mode, without Knative, Istio or webhooks.
+"""The real KServe controller in the test bed: Standard mode, without Knative or Istio.
 
 One more supervised process next to the training operators (:mod:`.operators` lists it with them):
 KServe's ``cmd/manager`` at :data:`~kubedl_prefect.testbed.upstream.KSERVE` (v0.20.0), built from
@@ -14,19 +14,29 @@ What it needs, all written here from the pinned module (never hand-written copie
   InferenceGraph, TrainedModel), watches ClusterServingRuntimes when present and lists
   ClusterStorageContainers for every ``storageUri``;
 - namespace :data:`KSERVE_NAMESPACE` with ConfigMap ``inferenceservice-config``
-  (:func:`inferenceservice_config`: Standard mode, no Ingress, the storage initializer's
-  quantities), read once at start;
+  (:func:`inferenceservice_config`: the one KServe ships, in Standard mode, without Ingress),
+  read at start by the controller and on every call by its webhooks;
 - the ClusterServingRuntimes KServe ships (``config/runtimes``), with the images its kustomization
   sets (:func:`cluster_serving_runtimes`);
 - its ClusterRole from ``config/rbac/role.yaml``, bound to its client-certificate user;
-- a webhook serving certificate in ``$TMPDIR/k8s-webhook-server/serving-certs``: the webhook
-  server cannot be switched off and the manager exits without one. No webhook configuration
-  points at it, so nothing calls it (no defaulting, no validation, no storage-initializer
-  injection); the build binds it to loopback.
+- a webhook serving certificate in ``$TMPDIR/k8s-webhook-server/serving-certs`` (the test bed's
+  loopback certificate); the build binds the webhook server to loopback.
+
+Its webhooks are **registered** once it runs (:func:`kserve_webhooks`, written by
+:func:`install_after_start`): upstream's ``config/webhook/manifests.yaml``, pointed at the
+loopback port by URL with the test bed's CA, ``failurePolicy: Fail`` as shipped. So what the API
+server accepts is what a cluster with KServe accepts: InferenceServices go through KServe's
+defaulter (default resources, the ``serving.kserve.io/model-format`` annotation) and validator,
+runtimes through theirs, and every pod labelled ``serving.kserve.io/inferenceservice`` through the
+pod mutator, which injects the ``storage-initializer`` init container, the
+``kserve-provision-location`` volume and ``/mnt/models`` for a ``storageUri``. While the
+controller is down, those writes are refused (as on a cluster).
 """
 
 from __future__ import annotations
 
+import base64
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -35,7 +45,13 @@ from typing import Any, Final
 import yaml
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.kube.resources import ResourceKind
+from kubedl_prefect.kube.client import KubeClient
+from kubedl_prefect.kube.resources import (
+    MUTATING_WEBHOOK_CONFIGURATIONS,
+    VALIDATING_WEBHOOK_CONFIGURATIONS,
+    ResourceKind,
+)
+from kubedl_prefect.testbed import cluster
 from kubedl_prefect.testbed.build import GoBinary, SourcePatch
 from kubedl_prefect.testbed.components import (
     LOOPBACK,
@@ -51,7 +67,8 @@ from kubedl_prefect.testbed.upstream import KSERVE, module_dir, module_file
 KSERVE_NAMESPACE: Final = "kserve"
 #: The ConfigMap the controller reads at start (and exits without).
 CONFIG_MAP_NAME: Final = "inferenceservice-config"
-#: Image of the storage initializer named in the ConfigMap (never pulled: kwok runs the pods).
+#: Image of the storage initializer named in the ConfigMap (the pod mutator injects it; the
+#: process node runs it as its local storage initializer, see ``nodeagent.images``).
 STORAGE_INITIALIZER_IMAGE: Final = f"kserve/storage-initializer:{KSERVE.version}"
 
 #: Client-certificate user of the controller (no ':', see :mod:`.operators`).
@@ -90,39 +107,51 @@ def _port(layout: Layout, endpoint: str) -> int:
     return layout.ports.offset(PORT_OFFSETS[endpoint])
 
 
+#: The keys of KServe's shipped ConfigMap that the test bed sets (merged over the shipped values):
+#: Standard mode (the shipped default is Knative, which is absent); no Ingress object and no
+#: Istio VirtualService; the storage initializer's image at the pinned version.
+CONFIG_OVERRIDES: Final[dict[str, dict[str, Any]]] = {
+    "deploy": {"defaultDeploymentMode": "Standard"},
+    "ingress": {"disableIngressCreation": True, "disableIstioVirtualHost": True},
+    "storageInitializer": {"image": STORAGE_INITIALIZER_IMAGE},
+}
+
+
 def inferenceservice_config() -> dict[str, str]:
-    """The data of ``inferenceservice-config``: the least the controller runs with.
+    """The data of ``inferenceservice-config``: KServe's own (``config/configmap``), adjusted.
 
-    - ``deploy``: Standard mode by default (the shipped default is Knative, which is absent);
-    - ``ingress``: no Ingress object, no Istio VirtualService (``ingressGateway`` must be
-      non-empty, and is unused);
-    - ``storageInitializer``: Standard mode parses its four quantities on every reconcile
-      (missing ones fail the predictor with ``ReconcileFailed``);
-    - ``credentials``: none (secret ``storage-config`` by default).
+    Every key of the shipped ConfigMap but ``_example``, each JSON value with
+    :data:`CONFIG_OVERRIDES` merged over it. The controller parses ``deploy``, ``ingress`` and
+    ``storageInitializer`` (whose four quantities Standard mode reads on every reconcile); the
+    webhooks the rest: the pod mutator refuses pods without ``agent``, ``logger`` and
+    ``batcher`` quantities, the defaulter sets ``inferenceService``'s default resources.
 
-    The other keys are read only by the webhooks, which nothing calls here.
+    Raises:
+        TestbedError: The module's ConfigMap changed shape (no data, a value not JSON).
 
     Example:
         >>> json.loads(inferenceservice_config()["deploy"])
         {'defaultDeploymentMode': 'Standard'}
     """
-    values: dict[str, dict[str, Any]] = {
-        "deploy": {"defaultDeploymentMode": "Standard"},
-        "ingress": {
-            "ingressGateway": "disabled",
-            "disableIngressCreation": True,
-            "disableIstioVirtualHost": True,
-        },
-        "storageInitializer": {
-            "image": STORAGE_INITIALIZER_IMAGE,
-            "memoryRequest": "100Mi",
-            "memoryLimit": "1Gi",
-            "cpuRequest": "100m",
-            "cpuLimit": "1",
-        },
-        "credentials": {},
-    }
-    return {key: json.dumps(value, sort_keys=True) for key, value in values.items()}
+    path = module_file(KSERVE, "config/configmap/inferenceservice.yaml")
+    documents = [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    shipped = next((d for d in documents if d.get("kind") == "ConfigMap"), {}).get("data") or {}
+    if not all(key in shipped for key in CONFIG_OVERRIDES):
+        raise TestbedError(
+            f"{path} of {KSERVE.path}@{KSERVE.version} lacks {list(CONFIG_OVERRIDES)}"
+        )
+    data: dict[str, str] = {}
+    for key, text in shipped.items():
+        if key.startswith("_"):
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TestbedError(f"{path}: the value of {key!r} is not JSON: {exc}") from exc
+        if isinstance(value, dict):
+            value.update(CONFIG_OVERRIDES.get(key, {}))
+        data[key] = json.dumps(value, sort_keys=True)
+    return data
 
 
 def kustomize_image(image: str, images: list[dict[str, Any]]) -> str:
@@ -245,8 +274,8 @@ def write_webhook_cert(ctx: ComponentContext) -> Path:
     """Put the test bed's loopback serving certificate where the webhook server reads it.
 
     controller-runtime reads ``$TMPDIR/k8s-webhook-server/serving-certs/tls.{crt,key}``; the
-    certificate is issued by the test bed's CA for IP 127.0.0.1 (a webhook configuration with
-    ``url: https://127.0.0.1:<port>/...`` and that CA would work; none is registered).
+    certificate is issued by the test bed's CA for IP 127.0.0.1, the CA :func:`kserve_webhooks`
+    names.
     """
     folder = webhook_tmpdir(ctx.layout) / "k8s-webhook-server" / "serving-certs"
     folder.mkdir(parents=True, exist_ok=True)
@@ -257,6 +286,63 @@ def write_webhook_cert(ctx: ComponentContext) -> Path:
     return folder
 
 
+def kserve_webhooks(layout: Layout) -> list[dict[str, Any]]:
+    """KServe's webhook configurations (``config/webhook/manifests.yaml``), on its loopback port.
+
+    As upstream's default kustomization writes them (names, rules, selectors, failure policies),
+    with each ``clientConfig.service`` replaced by ``https://127.0.0.1:<port><path>`` and the test
+    bed's CA as ``caBundle`` (cert-manager injects it upstream). The llmisvc and localmodel
+    webhooks (other folders, other servers) are left out.
+
+    Raises:
+        TestbedError: The module has no such configurations, or a webhook no path.
+    """
+    path = module_file(KSERVE, "config/webhook/manifests.yaml")
+    port = _port(layout, "kserve-webhook")
+    ca_bundle = base64.b64encode(layout.ca_file.read_bytes()).decode()
+    result = []
+    for document in yaml.safe_load_all(path.read_text()):
+        if not isinstance(document, dict) or document.get("kind") not in (
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ):
+            continue
+        webhooks = copy.deepcopy(document.get("webhooks") or [])
+        for webhook in webhooks:
+            service = (webhook.get("clientConfig") or {}).get("service") or {}
+            if not service.get("path"):
+                raise TestbedError(f"webhook {webhook.get('name')} of {path} has no path")
+            webhook["clientConfig"] = {
+                "url": f"https://{LOOPBACK}:{port}{service['path']}",
+                "caBundle": ca_bundle,
+            }
+        result.append(
+            {
+                "apiVersion": document["apiVersion"],
+                "kind": document["kind"],
+                "metadata": {"name": document["metadata"]["name"]},
+                "webhooks": webhooks,
+            }
+        )
+    if not result or not all(d["webhooks"] for d in result):
+        raise TestbedError(f"no webhook configurations in {path} of KServe {KSERVE.version}")
+    return result
+
+
+async def install_after_start(kube: KubeClient, layout: Layout) -> None:
+    """Register KServe's webhooks (idempotent; the controller must run: its validators answer).
+
+    Raises:
+        TestbedError: The API server refused one.
+    """
+    await cluster.write_in_order(
+        kube,
+        (MUTATING_WEBHOOK_CONFIGURATIONS, VALIDATING_WEBHOOK_CONFIGURATIONS),
+        kserve_webhooks(layout),
+        "KServe",
+    )
+
+
 def kserve_args(ctx: ComponentContext) -> list[str]:
     """Command line of the KServe controller (writes its webhook certificate first)."""
     write_webhook_cert(ctx)
@@ -265,7 +351,7 @@ def kserve_args(ctx: ComponentContext) -> list[str]:
         f"--kubeconfig={ctx.kubeconfig}",
         f"--metrics-addr={LOOPBACK}:{_port(layout, 'kserve-metrics')}",
         f"--health-probe-addr={LOOPBACK}:{_port(layout, 'kserve-probe')}",
-        # On loopback through a build patch (KSERVE_BINARY); nothing is configured to call it.
+        # On loopback through a build patch (KSERVE_BINARY); see kserve_webhooks.
         f"--webhook-port={_port(layout, 'kserve-webhook')}",
         "--leader-elect=false",
         "--zap-devel=false",

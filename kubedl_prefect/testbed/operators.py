@@ -10,7 +10,7 @@ Eight processes run next to the control plane, seven built from a wrapper module
 - the **Kubeflow training operator** (``training-operator``, ``kubeflow.org/v1``), also gang
   scheduled through Volcano;
 - the **KServe controller** (``kserve-manager``, built from KServe's own module), in Standard
-  mode: see :mod:`.kserve`;
+  mode, its webhooks registered (pod mutator, defaulter, validators): see :mod:`.kserve`;
 - the **JobSet controller** and the **Kubeflow Trainer v2 controller** (``trainer.kubeflow.org``
   TrainJobs run as JobSets), their webhooks registered with the API server: see :mod:`.trainer`;
 - the **Kueue controller** (``kueue-manager``), quota admission of the jobs labelled with a
@@ -444,10 +444,12 @@ async def install_prerequisites(kube: KubeClient) -> None:
 async def install_after_start(kube: KubeClient, layout: Layout) -> None:
     """Write what needs the operators running: webhook registrations, then training runtimes.
 
-    Trainer's and JobSet's webhooks, then Trainer's runtimes (through its validator); see
-    :func:`.trainer.install_after_start`; then Kueue's webhooks, ResourceFlavor and priority
-    classes (:func:`.kueue.install_after_start`). Idempotent.
+    KServe's webhooks (:func:`.kserve.install_after_start`); Trainer's and JobSet's webhooks,
+    then Trainer's runtimes (through its validator); see :func:`.trainer.install_after_start`;
+    then Kueue's webhooks, ResourceFlavor and priority classes
+    (:func:`.kueue.install_after_start`). Idempotent.
     """
+    await kserve.install_after_start(kube, layout)
     await trainer.install_after_start(kube, layout)
     await kueue.install_after_start(kube, layout)
 

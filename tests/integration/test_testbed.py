@@ -538,9 +538,15 @@ async def test_object_violating_its_crd_schema_is_rejected_with_422(
             await custom.create_namespaced_custom_object(
                 group, version, namespace, plural, manifest
             )
-    assert caught.value.status == 422
     body = caught.value.body
     text = body.decode() if isinstance(body, bytes) else str(body)
+    if plural == "inferenceservices":
+        # KServe's defaulter (registered, as on a cluster) decodes the object before the
+        # schema is checked, and refuses it first.
+        assert caught.value.status == 400
+        assert "inferenceservice.kserve-webhook-server.defaulter" in text
+    else:
+        assert caught.value.status == 422
     assert field in text
 
 

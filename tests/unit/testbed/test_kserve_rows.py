@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
@@ -63,18 +64,64 @@ def test_command_line_environment_and_certificate(
     assert health.url == f"http://127.0.0.1:{port}/readyz"
 
 
-def test_the_config_map_is_standard_mode_without_ingress() -> None:
+def test_the_config_map_is_kserves_own_in_standard_mode_without_ingress() -> None:
     data = kserve.inferenceservice_config()
-    assert set(data) == {"deploy", "ingress", "storageInitializer", "credentials"}
+    # Every key KServe ships: the pod mutator refuses pods without agent, logger and batcher.
+    assert {"deploy", "ingress", "storageInitializer", "credentials"} <= set(data)
+    assert {"agent", "logger", "batcher", "inferenceService", "security"} <= set(data)
+    assert "_example" not in data
     assert json.loads(data["deploy"]) == {"defaultDeploymentMode": "Standard"}
     ingress = json.loads(data["ingress"])
     assert ingress["disableIngressCreation"] is True
     assert ingress["disableIstioVirtualHost"] is True
     assert ingress["ingressGateway"]
+    assert ingress["ingressDomain"] == "example.com"  # shipped, kept
     initializer = json.loads(data["storageInitializer"])
+    assert initializer["image"] == "kserve/storage-initializer:v0.20.0"
     for key in ("memoryRequest", "memoryLimit", "cpuRequest", "cpuLimit"):
         assert initializer[key], key
-    assert json.loads(data["credentials"]) == {}
+    for key in ("agent", "logger", "batcher"):
+        quantities = json.loads(data[key])
+        assert all(
+            quantities[q] for q in ("memoryRequest", "memoryLimit", "cpuRequest", "cpuLimit")
+        )
+    assert json.loads(data["credentials"])["storageSpecSecretName"] == "storage-config"
+
+
+def test_webhooks_are_kserves_own_on_loopback_with_the_test_bed_ca(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    layout = _context(tmp_path, monkeypatch).layout
+    ca = base64.b64encode(layout.ca_file.read_bytes()).decode()
+    documents = kserve.kserve_webhooks(layout)
+    names = {(d["kind"], d["metadata"]["name"]) for d in documents}
+    assert ("MutatingWebhookConfiguration", "inferenceservice.serving.kserve.io") in names
+    assert ("ValidatingWebhookConfiguration", "inferenceservice.serving.kserve.io") in names
+    hooks = {w["name"]: w for d in documents for w in d["webhooks"]}
+    base = f"https://127.0.0.1:{30000 + kserve.PORT_OFFSETS['kserve-webhook']}"
+    expected = {
+        "inferenceservice.kserve-webhook-server.pod-mutator": "/mutate-pods",
+        "inferenceservice.kserve-webhook-server.defaulter": (
+            "/mutate-serving-kserve-io-v1beta1-inferenceservice"
+        ),
+        "inferenceservice.kserve-webhook-server.validator": (
+            "/validate-serving-kserve-io-v1beta1-inferenceservice"
+        ),
+        "clusterservingruntime.kserve-webhook-server.validator": (
+            "/validate-serving-kserve-io-v1alpha1-clusterservingruntime"
+        ),
+    }
+    for name, path in expected.items():
+        assert hooks[name]["clientConfig"] == {"url": base + path, "caBundle": ca}, name
+        assert hooks[name]["failurePolicy"] == "Fail"
+    mutator = hooks["inferenceservice.kserve-webhook-server.pod-mutator"]
+    # Only an InferenceService's pods, as upstream selects them.
+    assert mutator["objectSelector"]["matchExpressions"][0] == {
+        "key": "serving.kserve.io/inferenceservice",
+        "operator": "Exists",
+    }
+    assert mutator["reinvocationPolicy"] == "IfNeeded"
+    assert all("service" not in w["clientConfig"] for w in hooks.values())
 
 
 def test_the_shipped_runtimes_are_installed_with_their_release_images() -> None:
