@@ -283,10 +283,21 @@ class KubeClient:
         return await self._text(checked_path(path), f"get {path}")
 
     async def read_log(
-        self, namespace: str, pod: str, container: str, *, tail_lines: int = 50
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        *,
+        tail_lines: int = 50,
+        previous: bool = False,
     ) -> list[str]:
-        """The last ``tail_lines`` lines of a container's log (current or last instance)."""
+        """The last ``tail_lines`` lines of a container's log (current or last instance).
+
+        ``previous`` reads the instance before a restart (``kubectl logs --previous``).
+        """
         query: dict[str, str | int | bool] = {"container": container, "tailLines": tail_lines}
+        if previous:
+            query["previous"] = True
         path = request_path(PODS, namespace, pod, "log")
         text = await self._text(path, f"read log of pod {namespace}/{pod}", query=query)
         return text.splitlines()

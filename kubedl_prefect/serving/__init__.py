@@ -23,6 +23,9 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     "InferenceServiceSpec": "kubedl_prefect.serving.spec",
     "Canary": "kubedl_prefect.serving.spec",
+    "CanaryCheck": "kubedl_prefect.serving.canary",
+    "CanaryVerdict": "kubedl_prefect.serving.canary",
+    "canary_verdict": "kubedl_prefect.serving.canary",
     "ServingResources": "kubedl_prefect.serving.spec",
     "ModelLink": "kubedl_prefect.serving.spec",
     "DeploymentMode": "kubedl_prefect.serving.spec",
@@ -39,6 +42,8 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "Canary",
+    "CanaryCheck",
+    "CanaryVerdict",
     "DeploymentMode",
     "InferenceServiceDeployer",
     "InferenceServiceEvent",
@@ -50,11 +55,13 @@ __all__ = [
     "ServingResources",
     "ServingState",
     "SyncInferenceServiceDeployer",
+    "canary_verdict",
     "readiness",
     "render_inference_service",
 ]
 
 if TYPE_CHECKING:
+    from kubedl_prefect.serving.canary import CanaryCheck, CanaryVerdict, canary_verdict
     from kubedl_prefect.serving.deploy import (
         InferenceServiceDeployer,
         ServingOutcome,

@@ -11,8 +11,10 @@
 4. waits until the service is Ready for the applied spec, through the shared watches of the
    InferenceServices and their pods (no polling; see :mod:`.readiness` for what "for the applied
    spec" means without ``observedGeneration``);
-5. on a failure or a timeout, restores the previous spec (or deletes the service when nothing
-   was serving before), calls ``on_rollback`` (the Prefect surface passes the registry's
+5. on a failure or a timeout, adds the model server's own error from the log of the container
+   that tells why (:mod:`.diagnosis`: MLServer logs a model it cannot load and exits 0, so
+   nothing in the status carries it), restores the previous spec (or deletes the service when
+   nothing was serving before), calls ``on_rollback`` (the Prefect surface passes the registry's
    :meth:`~kubedl_prefect.registry.ModelRegistry.restore_alias` there), and raises
    :class:`~kubedl_prefect.errors.InferenceServiceNotReadyError` with the reason.
 
@@ -30,7 +32,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
@@ -51,6 +53,7 @@ from kubedl_prefect.kube.session import KubeSession, SessionHandle, SessionPool,
 from kubedl_prefect.kube.watch import EventQueue, next_event
 from kubedl_prefect.lifecycle.backend import namespace_problem
 from kubedl_prefect.serving import events
+from kubedl_prefect.serving.diagnosis import server_error, telling_container
 from kubedl_prefect.serving.events import InferenceServiceEvent, ServingCallback
 from kubedl_prefect.serving.readiness import Applied, Readiness, ServingState, readiness
 from kubedl_prefect.serving.render import (
@@ -293,6 +296,7 @@ class InferenceServiceDeployer:
         try:
             state = await self._wait(session, namespace, name, applied, timeout_s)
         except _NotReady as failure:
+            failure = await _explained(client, namespace, name, manifest, failure)
             _report(
                 emit,
                 events.NOT_READY,
@@ -462,6 +466,44 @@ class InferenceServiceDeployer:
             await client.delete(INFERENCE_SERVICES, where, name, propagation="Background")
 
         await self._on_runtime(remove())
+
+
+LOG_TAIL_LINES: Final = 80
+"""How much of a failing container's log is read for the model server's own error."""
+
+
+async def _explained(
+    client: KubeClient, namespace: str, name: str, manifest: KubeObject, failure: _NotReady
+) -> _NotReady:
+    """``failure`` with the model server's own error from its log, when it logged one.
+
+    Read from the container that tells why the applied spec's pods are not Ready
+    (:func:`~.diagnosis.telling_container`); a log that cannot be read (no ``get`` on
+    ``pods/log``, the pod gone) leaves the failure as it was, saying so.
+    """
+    labels = manifest["spec"]["predictor"].get("labels") or {}
+    try:
+        listed = await client.list(PODS, namespace, label_selector=f"{ISVC_POD_LABEL}={name}")
+        source = telling_container(listed.items, labels)
+        if source is None:
+            return failure
+        lines = await client.read_log(
+            namespace,
+            source.pod,
+            source.container,
+            tail_lines=LOG_TAIL_LINES,
+            previous=source.previous,
+        )
+    except KubeDLPrefectError as exc:
+        logger.info("no log of %s/%s's predictor to explain it: %s", namespace, name, exc)
+        return failure
+    error = server_error(lines)
+    if error is None:
+        return failure
+    state = failure.state
+    which = "its previous instance" if source.previous else "it"
+    message = f"{state.message}; {source.container} of pod {source.pod} ({which}) logged: {error}"
+    return _NotReady(replace(state, message=message.lstrip("; ")), timed_out=failure.timed_out)
 
 
 def _not_ready(

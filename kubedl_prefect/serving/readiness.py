@@ -10,8 +10,10 @@ Read from the InferenceService and its pods (labelled ``serving.kserve.io/infere
   error), or a pod cannot start at all (image pull, container configuration, crash loop);
 - **ready**: the ``Ready`` condition is True (it aggregates ``PredictorReady`` and
   ``IngressReady``), the model status agrees (its target state ``Loaded``, its transition
-  ``UpToDate``, when KServe reports one), and the rollout is over: every pod of the current
+  ``UpToDate``, when KServe reports one), the rollout is over: every pod of the current
   predictor (the pods carrying the spec's ``predictor.labels``) is Ready, and one at least;
+  and every canary of ``spec.canary`` is Ready in ``status.canaryStatuses`` (``Ready`` leaves
+  them out);
 - **pending** otherwise, with the most telling reason (a condition's, the model status', a
   pod's).
 
@@ -43,6 +45,7 @@ from typing import Any, Final
 
 from kubedl_prefect.kube.resources import KubeObject
 from kubedl_prefect.lifecycle.diagnosis import stuck_for_good
+from kubedl_prefect.serving.canary import canary_state
 
 FAILED_MODEL_REASONS: Final = frozenset(
     {
@@ -217,6 +220,19 @@ def _rollout(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | 
     return "RollingOut", message
 
 
+def _canaries_waiting(isvc: KubeObject) -> tuple[str, str] | None:
+    """Why a canary of the spec (``spec.canary[]``) is not Ready yet, if one is not.
+
+    KServe's ``Ready`` does not include its canaries: their state is ``status.canaryStatuses``.
+    """
+    for entry in (isvc.get("spec") or {}).get("canary") or []:
+        name = str((entry.get("predictor") or {}).get("name") or "")
+        ready, message = canary_state(isvc, name)
+        if not ready:
+            return "CanaryNotReady", message
+    return None
+
+
 def _runtime(isvc: KubeObject) -> str | None:
     status = isvc.get("status") or {}
     name = status.get("clusterServingRuntimeName") or status.get("servingRuntimeName")
@@ -261,7 +277,7 @@ def readiness(
     if failure is not None:
         return Readiness(ServingState.FAILED, failure[0], failure[1], url, runtime)
     if ready.get("status") == "True":
-        waiting = _model_not_loaded(isvc) or _rollout(isvc, pods)
+        waiting = _model_not_loaded(isvc) or _rollout(isvc, pods) or _canaries_waiting(isvc)
         if waiting is not None:
             return Readiness(ServingState.PENDING, waiting[0], waiting[1], url, runtime)
         return Readiness(
