@@ -29,6 +29,13 @@ The plan's ``kind`` says what the jobs are: ``PyTorchJob`` (the default) or ``Tr
 Kubeflow SDK's ``kubeflow.trainer.TrainerClient.wait_for_job_status`` with its defaults (every
 2 s it GETs the TrainJob, its runtime — the namespaced TrainingRuntime first, then the
 ClusterTrainingRuntime — and lists the TrainJob's pods; 600 s limit), one thread per job.
+
+With ``"until": "admitted"`` in the plan (:mod:`bench.kueue_admission`), the jobs wait in a
+Kueue LocalQueue and each wait ends when it reports the job **admitted** by Kueue: ``ready``
+once every waiter has seen its job queued, ``done`` (with the process's request count so far)
+when it reports the admission. ``kubedl-prefect`` is ``KubernetesBackend.wait_admitted`` with a
+phase callback (its Workload watched through the namespace's shared informer); ``poll-5s`` GETs
+the job every 5 s until Kueue has unsuspended it. ``kubeflow-sdk`` has no such wait.
 """
 
 from __future__ import annotations
@@ -107,14 +114,20 @@ class _Seen:
             return len(self._names)
 
 
-async def _ready_when(seen: _Seen, tasks: list[asyncio.Future[Any]]) -> None:
-    """Emit ``ready`` once every waiter has observed its job (or every waiter has ended)."""
+async def _ready_when(
+    seen: _Seen, tasks: list[asyncio.Future[Any]], requests: Callable[[], int] | None = None
+) -> None:
+    """Emit ``ready`` once every waiter has observed its job (or every waiter has ended).
+
+    With ``requests``, the event carries the process's request count at that moment.
+    """
     assert seen.all_seen is not None
     all_seen: asyncio.Future[Any] = asyncio.ensure_future(seen.all_seen.wait())
     all_ended: asyncio.Future[Any] = asyncio.gather(*tasks)
     await asyncio.wait({all_seen, all_ended}, return_when=asyncio.FIRST_COMPLETED)
     all_seen.cancel()
-    emit("ready", t=now(), seen=len(seen), **memory_kb())
+    counted = {"requests": requests()} if requests is not None else {}
+    emit("ready", t=now(), seen=len(seen), **counted, **memory_kb())
 
 
 async def run_kubedl_prefect(plan: dict[str, Any]) -> None:
@@ -179,6 +192,98 @@ async def run_poll(plan: dict[str, Any]) -> None:
     rss_start = memory_kb()
     tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(wait_one(n)) for n in names]
     await _ready_when(seen, tasks)
+    await asyncio.gather(*tasks)
+    emit("summary", requests=client.request_count, rss_start=rss_start, **memory_kb())
+    await client.close()
+
+
+ADMITTED = "admitted"
+
+
+async def admit_kubedl_prefect(plan: dict[str, Any]) -> None:
+    """``wait_admitted`` per queued job; ``done`` when its phase callback first says admitted."""
+    from kubedl_prefect.lifecycle.backend import JobRef, PhaseUpdate
+    from kubedl_prefect.lifecycle.kubernetes import KubernetesBackend
+    from kubedl_prefect.lifecycle.status import Phase
+
+    backend = KubernetesBackend(
+        namespace=plan["namespace"],
+        dialect=_DIALECTS[plan.get("kind", "PyTorchJob")],
+        kubeconfig=plan["kubeconfig"],
+    )
+    client = await backend.client()  # loads the kubeconfig; sends nothing
+    seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
+    past_queue = (Phase.ADMITTED, Phase.RUNNING, Phase.SUCCEEDED)
+
+    def admitted(update: PhaseUpdate) -> bool:
+        hold = update.status.queue
+        return (hold is not None and hold.admitted) or update.phase in past_queue
+
+    async def wait_one(ref: JobRef) -> None:
+        reported: list[float] = []
+
+        def on_phase(update: PhaseUpdate) -> None:
+            if update.phase is Phase.QUEUING:
+                seen.add(ref.name)
+            if not reported and admitted(update):
+                reported.append(now())
+                emit(
+                    "done",
+                    name=ref.name,
+                    t1=reported[0],
+                    phase=str(update.phase),
+                    requests=client.request_count,
+                )
+
+        try:
+            await backend.wait_admitted(ref, timeout_s=None, on_phase=on_phase)
+        except Exception as exc:
+            emit("error", name=ref.name, t1=now(), error=repr(exc))
+            return
+        if not reported:  # no update said it before the wait returned
+            emit("done", name=ref.name, t1=now(), phase="Admitted", requests=client.request_count)
+
+    refs = [JobRef.from_dict(job) for job in plan["jobs"]]
+    rss_start = memory_kb()
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(wait_one(ref)) for ref in refs]
+    await _ready_when(seen, tasks, requests=lambda: client.request_count)
+    await asyncio.gather(*tasks)
+    emit("summary", requests=client.request_count, rss_start=rss_start, **memory_kb())
+    await backend.close()
+
+
+async def admit_poll(plan: dict[str, Any]) -> None:
+    """A GET of each job every 5 s until Kueue has unsuspended it (its suspend field false)."""
+    from kubedl_prefect.kube.client import KubeClient
+    from kubedl_prefect.kube.resources import ResourceKind
+    from kubedl_prefect.lifecycle.kubernetes.kueue import suspended
+
+    if plan.get("kind") == TRAINJOB:
+        kind = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+    else:
+        kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+    namespace = plan["namespace"]
+    client = await KubeClient.from_kubeconfig(plan["kubeconfig"])
+    seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
+
+    async def wait_one(name: str) -> None:
+        try:
+            while True:
+                job = await client.get(kind, namespace, name)
+                if not suspended(job):
+                    emit(
+                        "done", name=name, t1=now(), phase="Admitted", requests=client.request_count
+                    )
+                    return
+                seen.add(name)
+                await asyncio.sleep(POLL_INTERVAL_S)
+        except Exception as exc:
+            emit("error", name=name, t1=now(), error=repr(exc))
+
+    names = [job["name"] for job in plan["jobs"]]
+    rss_start = memory_kb()
+    tasks: list[asyncio.Future[Any]] = [asyncio.ensure_future(wait_one(n)) for n in names]
+    await _ready_when(seen, tasks, requests=lambda: client.request_count)
     await asyncio.gather(*tasks)
     emit("summary", requests=client.request_count, rss_start=rss_start, **memory_kb())
     await client.close()
@@ -305,7 +410,16 @@ def main(argv: list[str]) -> int:
     system = plan["system"]
     if os.environ.get("BENCH_GC_LOG") == "1":
         _log_collections()
-    if system == "kubedl-prefect":
+    if plan.get("until") == ADMITTED and system == "kubedl-prefect":
+        asyncio.run(admit_kubedl_prefect(plan))
+    elif plan.get("until") == ADMITTED and system == "poll-5s":
+        asyncio.run(admit_poll(plan))
+    elif plan.get("until") == ADMITTED:
+        print(
+            f"{system!r} has no admission wait; one of {', '.join(SYSTEMS[::2])}", file=sys.stderr
+        )
+        return 2
+    elif system == "kubedl-prefect":
         asyncio.run(run_kubedl_prefect(plan))
     elif system == "poll-5s":
         asyncio.run(run_poll(plan))
