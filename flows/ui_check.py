@@ -1,10 +1,12 @@
 """The UI check: a real Prefect server, a training flow on the test bed, the UI in Chromium.
 
 It starts ``prefect server start`` (not the test harness) with a ``PREFECT_HOME`` of its own,
-saves the test bed's blocks, runs the training flow against the test bed (its replicas print
-labelled lines and the training's progress), then opens the flow-run page, the training-job
-block's form and the event feed in headless Chromium (Debian's ``chromium`` package) and saves
-screenshots under ``docs/images/``::
+saves the test bed's blocks, occupies most of the test bed's GPUs with pods, runs the training
+flow against the test bed (its job waits for GPUs, then its replicas print labelled lines and
+the training's progress), opens the flow-run page while the job waits, deletes the pods (the
+job is admitted) and looks again once the run completed (its artifacts, events and the
+replicas' log lines), then the training-job block's form and the event feed, in headless
+Chromium (Debian's ``chromium`` package), and saves screenshots under ``docs/images/``::
 
     uv run python flows/ui_check.py            # screenshots into docs/images/
 
@@ -66,7 +68,7 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def prefect_server(home: Path, *, timeout_s: float = 120.0) -> Iterator[PrefectServer]:
+def prefect_server(home: Path, *, timeout_s: float = 300.0) -> Iterator[PrefectServer]:
     """Start a real Prefect server (its own process group), stop it on exit."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -331,25 +333,119 @@ print("FLOW_RUN", state.state_details.flow_run_id, state.type.value, flush=True)
 """
 
 
+QUEUED_GPUS = 2
+"""GPUs per replica of the queued run: 6 for its 3 replicas, more than the hogs leave free."""
+HOG_GPUS = 6
+"""GPUs each hog pod holds on its node (of 8): 2 left free per node while they run."""
+
+
+def occupy_gpus(kubeconfig: Path, namespace: str, *, seconds: int = 1800) -> list[str]:
+    """Hold most GPUs of every GPU node: one pod per node, until :func:`free_gpus` (or ``seconds``).
+
+    Each pod asks :data:`HOG_GPUS` of its node's ``nvidia.com/gpu`` (a test bed pod that runs
+    ``seconds``): a job that needs more than what is left waits for the scheduler meanwhile
+    ("Insufficient nvidia.com/gpu"), and is admitted once they are gone.
+
+    Returns:
+        The pods' names.
+    """
+    from kubedl_prefect.kube.client import KubeClient
+    from kubedl_prefect.kube.resources import NODES, PODS
+
+    async def occupy() -> list[str]:
+        async with await KubeClient.from_kubeconfig(str(kubeconfig)) as client:
+            nodes = [
+                node["metadata"]["name"]
+                for node in (await client.list(NODES, None)).items
+                if int((node.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", 0))
+                >= HOG_GPUS
+            ]
+            for node in nodes:
+                gpus = {"nvidia.com/gpu": str(HOG_GPUS)}
+                await client.create(
+                    PODS,
+                    namespace,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": f"gpu-hog-{node}",
+                            "annotations": {
+                                "testbed.kubedl-prefect.io/run-duration": f"{seconds}s"
+                            },
+                        },
+                        "spec": {
+                            "nodeName": node,
+                            "restartPolicy": "Never",
+                            "containers": [
+                                {
+                                    "name": "hog",
+                                    "image": "busybox",
+                                    "resources": {"requests": gpus, "limits": gpus},
+                                }
+                            ],
+                        },
+                    },
+                )
+            return [f"gpu-hog-{node}" for node in nodes]
+
+    return asyncio.run(occupy())
+
+
+def free_gpus(kubeconfig: Path, namespace: str, pods: list[str]) -> None:
+    """Delete the pods of :func:`occupy_gpus`: their GPUs are free at once."""
+    from kubedl_prefect.kube.client import KubeClient
+    from kubedl_prefect.kube.resources import PODS
+
+    async def free() -> None:
+        async with await KubeClient.from_kubeconfig(str(kubeconfig)) as client:
+            for name in pods:
+                await client.delete(PODS, namespace, name)
+
+    asyncio.run(free())
+
+
 def run_training(
-    server: PrefectServer, namespace: str, work: Path, *, run_duration: str | None = None
+    server: PrefectServer,
+    namespace: str,
+    work: Path,
+    *,
+    run_duration: str | None = None,
+    gpus: int | None = None,
 ) -> str:
     """Run the training flow on the test bed against ``server``; return the flow run's id.
 
     The replicas print greetings and the training's progress (``{"step": .., "total": ..}``).
-    ``run_duration`` replaces how long the test bed's replicas run (``5s``).
+    ``run_duration`` replaces how long the test bed's replicas run (``5s``), ``gpus`` how many
+    GPUs each asks for.
     """
+    process = start_training(server, namespace, work, run_duration=run_duration, gpus=gpus)
+    return finished_flow_run(process)
+
+
+def start_training(
+    server: PrefectServer,
+    namespace: str,
+    work: Path,
+    *,
+    run_duration: str | None = None,
+    gpus: int | None = None,
+) -> subprocess.Popen[str]:
+    """Start :func:`run_training`'s flow; its process (:func:`finished_flow_run` waits for it)."""
     from kubedl_prefect.spec import dump_spec, job_name, load_spec, parse_spec, spec_to_data
     from kubedl_prefect.testbed.testbed import Testbed
 
     testbed = Testbed(os.environ.get("KUBEDL_PREFECT_TESTBED", "default"))
     spec_file = ROOT / "flows" / "specs" / "testbed-mnist.yaml"
-    if run_duration is not None:
+    if run_duration is not None or gpus is not None:
         data = spec_to_data(load_spec(spec_file))
-        data["annotations"] = {
-            **data.get("annotations", {}),
-            "testbed.kubedl-prefect.io/run-duration": run_duration,
-        }
+        if run_duration is not None:
+            data["annotations"] = {
+                **data.get("annotations", {}),
+                "testbed.kubedl-prefect.io/run-duration": run_duration,
+            }
+        if gpus is not None:
+            data["resources"] = {**data.get("resources", {}), "gpus": gpus}
         spec_file = work / "spec.yaml"
         spec_file.write_text(dump_spec(parse_spec(data)))
     key = f"ui-check-{uuid.uuid4().hex[:6]}"
@@ -365,23 +461,50 @@ def run_training(
     )
     script = work / "run_training.py"
     script.write_text(RUN_SCRIPT)
-    done = subprocess.run(
+    process = subprocess.Popen(
         [sys.executable, str(script), str(testbed.kubeconfig), namespace, str(spec_file), key],
         env=server.env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=300,
-        check=False,
     )
-    line = next((x for x in done.stdout.splitlines() if x.startswith("FLOW_RUN ")), None)
-    if done.returncode != 0 or line is None:
-        raise RuntimeError(
-            f"the training flow failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-        )
+    return process
+
+
+def finished_flow_run(process: subprocess.Popen[str], timeout_s: float = 300) -> str:
+    """Wait for the training flow's process (:func:`run_training`); the flow run's id.
+
+    Raises:
+        RuntimeError: The flow failed, or did not complete.
+    """
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        stdout, stderr = process.communicate()
+    line = next((x for x in stdout.splitlines() if x.startswith("FLOW_RUN ")), None)
+    if process.returncode != 0 or line is None:
+        raise RuntimeError(f"the training flow failed:\n{stdout[-3000:]}\n{stderr[-3000:]}")
     _, flow_run_id, state = line.split()
     if state != "COMPLETED":
-        raise RuntimeError(f"the training flow ended {state}:\n{done.stdout[-3000:]}")
+        raise RuntimeError(f"the training flow ended {state}:\n{stdout[-3000:]}")
     return flow_run_id
+
+
+def running_flow_run(server: PrefectServer, timeout_s: float = 600) -> str:
+    """The id of the flow run that runs on ``server`` now (the one the check started).
+
+    Raises:
+        TimeoutError: None ran within ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    body = {"flow_runs": {"state": {"type": {"any_": ["RUNNING"]}}}, "limit": 2}
+    while time.monotonic() < deadline:
+        runs = api(server, "POST", "/flow_runs/filter", body)
+        if runs:
+            return str(runs[0]["id"])
+        time.sleep(0.5)
+    raise TimeoutError(f"no flow run was running on {server.url} after {timeout_s:g}s")
 
 
 def api(server: PrefectServer, method: str, path: str, body: Any = None) -> Any:
@@ -395,6 +518,23 @@ def api(server: PrefectServer, method: str, path: str, body: Any = None) -> Any:
     )
     with urllib.request.urlopen(request, timeout=30) as answer:
         return json.loads(answer.read() or b"null")
+
+
+def replica_logs(server: PrefectServer, flow_run_id: str, replica: str) -> list[dict[str, Any]]:
+    """One replica's log lines of a flow run, picked by its logger name through the REST API.
+
+    Prefect 3.9.1's UI filters a run's logs by level only; its API's text search
+    (``logs.text.query``) matches each line's message and logger name.
+    """
+    body = {
+        "logs": {
+            "flow_run_id": {"any_": [flow_run_id]},
+            "text": {"query": f"kubedl.replica.{replica}"},
+        },
+        "limit": 200,
+    }
+    found: list[dict[str, Any]] = api(server, "POST", "/logs/filter", body)
+    return found
 
 
 def wait_for_event(
@@ -548,6 +688,56 @@ async def look_at_flow_run(
     return FlowRunPage(page, badges, markers, events, artifacts, tab)
 
 
+@dataclass
+class QueuedPage:
+    """What the flow-run page showed while its job waited for GPUs: the page's text."""
+
+    page: str
+    reason: str
+    """The log line that says why the job waits (``training job … queued: …``)."""
+
+
+async def look_at_queued_run(
+    server: PrefectServer, flow_run_id: str, images: Path | None = None
+) -> QueuedPage:
+    """Open the page of a flow run whose job waits for GPUs; screenshot it while it waits.
+
+    The replica table's description and the task run's log say why the job waits; the Logs tab
+    (the page's first) shows the line as soon as the run's logs reach the server.
+    """
+    async with Browser(height=1000) as browser:
+        await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
+        page = await browser.wait_for_text("Running", "queued:", timeout_s=300)
+        await asyncio.sleep(2)  # the graph draws the task and its first artifact
+        page = await browser.text()
+        await browser.screenshot(
+            (images or Path(tempfile.gettempdir())) / "prefect-flow-run-queued.png"
+        )
+    reason = next(line for line in page.splitlines() if "queued:" in line)
+    return QueuedPage(page, reason)
+
+
+async def look_at_replica_logs(
+    server: PrefectServer, flow_run_id: str, images: Path | None = None
+) -> str:
+    """The flow run's Logs tab, scrolled to the replicas' lines, each under its logger name."""
+    async with Browser(height=900) as browser:
+        await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
+        await browser.wait_for_text("Completed", "kubedl.replica.worker-1", timeout_s=60)
+        # The log's first rows at the top, under the tab's level and sort controls.
+        await browser.evaluate(
+            "(() => { const hit = document.querySelector('.log-row');"
+            " if (hit) { hit.scrollIntoView({block: 'start'}); window.scrollBy(0, -130); }"
+            " return !!hit; })()"
+        )
+        await asyncio.sleep(1)
+        text = await browser.text()
+        await browser.screenshot(
+            (images or Path(tempfile.gettempdir())) / "prefect-flow-run-logs.png"
+        )
+    return text
+
+
 async def look_at_blocks_and_events(
     server: PrefectServer, flow_run_id: str, images: Path | None = None
 ) -> dict[str, str]:
@@ -589,8 +779,18 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="kubedl-prefect-ui-") as work:
             home = Path(work)
             with prefect_server(home) as server:
-                flow_run_id = run_training(server, namespace, home)
+                # Pods hold most GPUs: the job waits for them, and runs once they are gone.
+                hogs = occupy_gpus(testbed.kubeconfig, namespace)
+                process = start_training(server, namespace, home, gpus=QUEUED_GPUS)
+                try:
+                    flow_run_id = running_flow_run(server)
+                    queued = asyncio.run(look_at_queued_run(server, flow_run_id, IMAGES))
+                    print("queued:", queued.reason)
+                finally:
+                    free_gpus(testbed.kubeconfig, namespace, hogs)
+                    flow_run_id = finished_flow_run(process)
                 seen = asyncio.run(look_at_flow_run(server, flow_run_id, IMAGES))
+                asyncio.run(look_at_replica_logs(server, flow_run_id, IMAGES))
                 asyncio.run(look_at_blocks_and_events(server, flow_run_id, IMAGES))
                 print(f"graph: artifact badges at x={seen.badges}, event markers {seen.markers}")
                 for text in seen.artifacts:
