@@ -322,6 +322,7 @@ async def test_a_job_over_the_free_quota_waits_naming_the_shortfall_and_runs_whe
 # -- preempted, requeued, the same job succeeds ------------------------------------------------
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.parametrize("backend", DIALECTS, indirect=True)
 async def test_a_preempted_job_is_requeued_not_resubmitted_and_ends_succeeded(
     backend: KubernetesBackend, admin: KubeClient, queues: str
@@ -420,6 +421,7 @@ async def _running(seen: list[PhaseUpdate]) -> bool:
 # -- what Prefect is told of a preemption ---------------------------------------------------
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.parametrize("backend", ["kubeflow"], indirect=True)
 async def test_a_preemption_reaches_prefect_as_preempted_and_requeued_events(
     backend: KubernetesBackend,

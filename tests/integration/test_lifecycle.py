@@ -399,6 +399,7 @@ def test_restarted_waiter_adopts_its_job_instead_of_creating_another(
     assert lines["phase"] == "Succeeded"
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 async def test_logs_of_every_replica_arrive_labelled_once_across_a_broken_stream(
     backend: KubernetesBackend, namespace: str, testbed: Testbed
@@ -441,6 +442,7 @@ async def test_logs_of_every_replica_arrive_labelled_once_across_a_broken_stream
     assert {line.attempt for line in lines} == {1}
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 async def test_every_terminal_state_is_reported_once_across_an_apiserver_restart(
     backend: KubernetesBackend, testbed: Testbed

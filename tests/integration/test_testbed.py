@@ -777,6 +777,7 @@ async def test_containers_without_a_log_print_nothing(
 # -- restarts (last: they break every connection to the test bed for a while) ------------------
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 async def test_restarting_kwok_breaks_followed_logs_which_can_be_followed_again(
     admin_kubeconfig: Path, namespace: str, testbed: Testbed
@@ -820,6 +821,7 @@ async def test_restarting_kwok_breaks_followed_logs_which_can_be_followed_again(
     assert testbed.status().up
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 async def test_restarting_the_api_server_keeps_objects_and_old_watches_resume_or_get_410(
     admin_kubeconfig: Path, namespace: str, testbed: Testbed
@@ -889,6 +891,7 @@ def _wait_until(predicate: Callable[[], bool], timeout_s: float, what: str) -> N
         time.sleep(0.2)
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 def test_a_crashed_operator_is_restarted_and_its_crash_shown(testbed: Testbed) -> None:
     before = _operator(testbed, "kubedl-operator")
@@ -907,6 +910,7 @@ def test_a_crashed_operator_is_restarted_and_its_crash_shown(testbed: Testbed) -
     assert after.last_crash.at >= time.time() - 60
 
 
+@pytest.mark.long  # a restart or preemption scenario, 30-40 s: long phase (default-phase budget)
 @pytest.mark.exclusive  # stops or restarts a shared component
 def test_a_stopped_operator_stays_stopped_until_started(testbed: Testbed) -> None:
     before = _operator(testbed, "training-operator")
