@@ -112,7 +112,8 @@ class AdmissionState:
     Args:
         admitted: Every replica is bound to a node.
         blocker: What holds the job back (``None`` once admitted).
-        reason: One line that says it, naming the object.
+        reason: One line that says it, naming the object; once admitted, how, if that is news
+            (Kueue lent the job quota from its ClusterQueue's cohort).
         scheduled: Replicas bound to a node.
         expected: Replicas the job asks for.
         subject: The object the blocker names (``Queue gpu-team``), if any.
@@ -135,7 +136,8 @@ class AdmissionState:
 
     def __str__(self) -> str:
         if self.admitted:
-            return f"admitted: {self.scheduled}/{self.expected} replicas scheduled"
+            how = f"; {self.reason}" if self.reason else ""
+            return f"admitted: {self.scheduled}/{self.expected} replicas scheduled{how}"
         return f"not admitted ({self.scheduled}/{self.expected} scheduled): {self.reason}"
 
     def diagnosis(self) -> Diagnosis | None:

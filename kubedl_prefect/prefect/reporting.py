@@ -330,6 +330,10 @@ class JobReporter:
             self.ctx.logger.log(level, "training job %s: %s", ref.name, update.phase)
         elif update.admission is not None and not update.admission.admitted:
             self.ctx.logger.info("training job %s queued: %s", ref.name, update.admission.reason)
+        elif update.phase == Phase.ADMITTED and update.admission and update.admission.reason:
+            # How it was admitted, when that is news (Kueue lent it quota from the cohort).
+            how = update.admission.reason
+            self.ctx.logger.info("training job %s: %s (%s)", ref.name, update.phase, how)
         else:
             self.ctx.logger.info("training job %s: %s", ref.name, update.phase)
 

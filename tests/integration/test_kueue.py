@@ -548,6 +548,14 @@ async def test_a_job_that_fits_only_by_borrowing_from_its_cohort_is_admitted_and
         phases = [u.phase for u in seen]
         assert Phase.FAILED not in phases
         assert phases[-1] is Phase.SUCCEEDED
+        # The wait says that Kueue lent the job 2 GPUs of the lender's idle quota, when it
+        # first reports the job admitted (later updates in that phase are replica counts).
+        admitted = [u.admission for u in seen if u.phase is Phase.ADMITTED and u.admission]
+        assert admitted, phases
+        assert (
+            f"admitted on quota borrowed from cohort {cohort}: 2 nvidia.com/gpu in flavor "
+            f"kwok-gpu (ClusterQueue {borrower}: nominal quota 2, 4 in use)"
+        ) in str(admitted[0]), admitted[0]
     finally:
         await admin.delete(KUEUE_LOCAL_QUEUES, namespace, LOCAL_QUEUE)
         await admin.delete(KUEUE_CLUSTER_QUEUES, None, borrower)

@@ -54,6 +54,7 @@ from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.logs import ContainerLogLine, LogFollower
 from kubedl_prefect.kube.resources import (
     EVENTS,
+    KUEUE_CLUSTER_QUEUES,
     KUEUE_WORKLOADS,
     PODS,
     VOLCANO_PODGROUPS,
@@ -89,6 +90,8 @@ from kubedl_prefect.lifecycle.kubernetes.dialects import (
 )
 from kubedl_prefect.lifecycle.kubernetes.facts import FactReader, operator_missing
 from kubedl_prefect.lifecycle.kubernetes.kueue import (
+    admitted_by,
+    admitting_queue,
     job_workload,
     kueue_queue,
     kueue_request,
@@ -950,6 +953,8 @@ async def _admission_now(
     """
     pods, podgroups, events = view.pods(), view.podgroups(), view.events()
     state = admission_state(job, pods=pods, podgroups=podgroups, events=events)
+    if state.admitted and status.queue is not None and status.queue.admitted:
+        state = await _admitted_by(view, job, state, reader)
     if state.admitted or status.phase not in (Phase.CREATED, Phase.QUEUING):
         return keeper.keep(state)
     live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
@@ -963,6 +968,29 @@ async def _admission_now(
         job, pods=pods, podgroups=podgroups, events=events, facts=facts, now=time.time()
     )
     return keeper.keep(state)
+
+
+async def _admitted_by(
+    view: _JobView, job: KubeObject, state: AdmissionState, reader: FactReader
+) -> AdmissionState:
+    """An admitted Kueue job's state, saying so when Kueue lent it quota from the cohort.
+
+    Reads the admitting ClusterQueue once more (one GET per admission): its usage now is
+    Kueue's since it admitted the job (:func:`.kueue.admitted_by`).
+    """
+    request = kueue_request(job)
+    if request is None:
+        return state
+    if view.workloads is not None:
+        workloads = view.workloads()
+    else:
+        workloads = list((await reader.read(request)).workloads or [])
+    workload = job_workload(job, workloads)
+    name = admitting_queue(workload)
+    if name is None:
+        return state
+    queue = await reader.current(KUEUE_CLUSTER_QUEUES, None, name)
+    return admitted_by(state, workload, queue)
 
 
 def _failed_status(status: JobStatus, diagnosis: Diagnosis) -> JobStatus:

@@ -136,6 +136,22 @@ class FactReader:
             unchecked=tuple(self._unchecked.values()),
         )
 
+    async def current(
+        self, kind: ResourceKind, namespace: str | None, name: str
+    ) -> KubeObject | None:
+        """One named object as it is now (read again, whatever was read before).
+
+        For what changes while the job waits and matters once (a Kueue ClusterQueue's usage
+        when the job is admitted). ``None`` when it does not exist or could not be read (then
+        noted in ``unchecked``).
+        """
+        what = self._what(kind, namespace, name)
+        try:
+            found = await self._guarded(what, lambda: self.client.get(kind, namespace, name))
+        except NotFoundError:
+            return None
+        return found if isinstance(found, dict) else None
+
     async def _get_all(
         self, kind: ResourceKind, namespace: str | None, names: tuple[str, ...]
     ) -> dict[str, KubeObject | None]:

@@ -40,11 +40,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from kubedl_prefect.kube.resources import KubeObject
-from kubedl_prefect.lifecycle.admission import AdmissionBlocker, Blocker
+from kubedl_prefect.lifecycle.admission import AdmissionBlocker, AdmissionState, Blocker
 from kubedl_prefect.lifecycle.kubernetes.cluster import FactRequest
 from kubedl_prefect.lifecycle.status import QueueHold
 from kubedl_prefect.spec.kueue import JOB_UID_LABEL, QUEUE_LABEL, suspend_field
@@ -52,6 +52,8 @@ from kubedl_prefect.spec.quantity import parse_quantity
 
 __all__ = [
     "KUEUE_GRACE_S",
+    "admitted_by",
+    "admitting_queue",
     "cohort_borrowing",
     "job_workload",
     "kueue_blocker",
@@ -865,3 +867,40 @@ def cohort_borrowing(workload: KubeObject, cluster_queue: KubeObject | None) -> 
     if not parts:
         return None
     return f"admitted on quota borrowed from cohort {cohort}: {'; '.join(parts)}"
+
+
+def admitting_queue(workload: KubeObject | None) -> str | None:
+    """The ClusterQueue that holds quota for the Workload (``status.admission``), if any."""
+    admission = ((workload or {}).get("status") or {}).get("admission") or {}
+    return str(admission.get("clusterQueue") or "") or None
+
+
+def admitted_by(
+    state: AdmissionState, workload: KubeObject | None, cluster_queue: KubeObject | None
+) -> AdmissionState:
+    """An admitted job's state, its reason saying so when Kueue lent it quota from the cohort.
+
+    The wait reads the admitting ClusterQueue (:func:`admitting_queue`) once, when it sees the
+    job's replicas scheduled: its usage is then Kueue's since the admission. Any other state
+    (not admitted, nothing borrowed, the queue not read) is ``state`` itself.
+
+    Example:
+        >>> workload = {"status": {
+        ...     "conditions": [{"type": "Admitted", "status": "True"}],
+        ...     "admission": {"clusterQueue": "cq-b", "podSetAssignments": [
+        ...         {"name": "master", "flavors": {"nvidia.com/gpu": "gpu-a"},
+        ...          "resourceUsage": {"nvidia.com/gpu": "2"}}]}}}
+        >>> queue = {"metadata": {"name": "cq-b"}, "spec": {"cohortName": "research",
+        ...     "resourceGroups": [{"flavors": [{"name": "gpu-a", "resources": [
+        ...         {"name": "nvidia.com/gpu", "nominalQuota": "2"}]}]}]},
+        ...     "status": {"flavorsUsage": [{"name": "gpu-a", "resources": [
+        ...         {"name": "nvidia.com/gpu", "total": "4", "borrowed": "2"}]}]}}
+        >>> state = AdmissionState(admitted=True, scheduled=2, expected=2)
+        >>> print(admitted_by(state, workload, queue))
+        admitted: 2/2 replicas scheduled; admitted on quota borrowed from cohort research: \
+2 nvidia.com/gpu in flavor gpu-a (ClusterQueue cq-b: nominal quota 2, 4 in use)
+    """
+    if not state.admitted or workload is None:
+        return state
+    line = cohort_borrowing(workload, cluster_queue)
+    return state if line is None else replace(state, reason=line)

@@ -14,7 +14,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from kubedl_prefect.lifecycle.kubernetes.kueue import cohort_borrowing, queue_hold
+from kubedl_prefect.lifecycle.admission import AdmissionState
+from kubedl_prefect.lifecycle.kubernetes.kueue import (
+    admitted_by,
+    admitting_queue,
+    cohort_borrowing,
+    queue_hold,
+)
 
 RECORDED = Path(__file__).parent / "kueue" / "recorded-borrowed.json"
 
@@ -74,3 +80,23 @@ def test_no_borrowing_is_said_of_a_workload_holding_no_quota_or_of_another_queue
     other["metadata"]["name"] = "cq-other"
     assert cohort_borrowing(found["workload"], other) is None
     assert cohort_borrowing(found["workload"], None) is None
+
+
+def test_the_admitted_state_of_a_job_kueue_lent_quota_says_so_in_its_one_line() -> None:
+    found = recorded()
+    admitted = AdmissionState(admitted=True, scheduled=2, expected=2)
+    told = admitted_by(admitted, found["workload"], found["clusterQueue"])
+    assert admitting_queue(found["workload"]) == "cq-borrower"
+    assert str(told) == (
+        "admitted: 2/2 replicas scheduled; admitted on quota borrowed from cohort research: "
+        "2 nvidia.com/gpu in flavor kwok-gpu (ClusterQueue cq-borrower: nominal quota 2, 4 in use)"
+    )
+    # Nothing borrowed, the queue not read, or not admitted yet: the state is left as it is.
+    within = copy.deepcopy(found["clusterQueue"])
+    del within["spec"]["cohortName"]
+    assert admitted_by(admitted, found["workload"], within) == admitted
+    assert admitted_by(admitted, found["workload"], None) == admitted
+    assert str(admitted) == "admitted: 2/2 replicas scheduled"
+    waiting = AdmissionState(admitted=False, reason="no room yet")
+    assert admitted_by(waiting, found["workload"], found["clusterQueue"]) == waiting
+    assert admitting_queue(None) is None

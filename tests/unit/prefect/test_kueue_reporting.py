@@ -258,3 +258,25 @@ def test_a_job_never_requeued_says_so(sent: list[EventSpec]) -> None:
     assert report.timeline.requeues() == 0
     assert report.timeline.requeued_s() is None
     assert report.timeline.queued_s() == pytest.approx(30.0)
+
+
+def test_a_job_admitted_on_borrowed_quota_says_so_in_the_run_log(
+    sent: list[EventSpec], caplog: pytest.LogCaptureFixture
+) -> None:
+    lent = (
+        "admitted on quota borrowed from cohort research: 2 nvidia.com/gpu in flavor kwok-gpu "
+        "(ClusterQueue gpu: nominal quota 2, 4 in use)"
+    )
+    tracker = PhaseTracker(None)
+    report = reporter()
+    for job_object, workload_object, admission in [
+        (STEPS[0][1], STEPS[0][2], QUOTA),
+        (STEPS[1][1], STEPS[1][2], replace(IN, reason=lent)),
+    ]:
+        status = queued_status(job_status(job_object), queue_hold(job_object, workload_object))
+        update = tracker.observe(status, admission)
+        assert update is not None
+        with caplog.at_level(logging.INFO, logger="t"):
+            report._phase(update)
+    assert f"training job {REF.name}: Admitted ({lent})" in caplog.messages
+    assert [e.event.rpartition(".")[2] for e in sent][-1] == "admitted"
