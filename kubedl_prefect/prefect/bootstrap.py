@@ -9,8 +9,12 @@ the error record of a replica whose function raised (and exits 1, its traceback 
 Kubernetes cluster (``$KUBEDL_PREFECT_TERMINATION_MESSAGE`` set) it also leaves the same in the
 container's termination message, where the flow reads it from the pod's status.
 
-With a loopback ``MASTER_ADDR`` (a ``LocalCluster``) the rendezvous store listens there only:
-torch's own ``env://`` store would listen on every interface of the machine.
+With a loopback address literal in ``MASTER_ADDR`` (``127.0.0.1``: a ``LocalCluster``) the
+rendezvous store listens there only: torch's own ``env://`` store would listen on every
+interface of the machine. Any other ``MASTER_ADDR`` is a cluster's, and rank 0's store listens
+on every interface of its pod, as ``env://`` makes it: that includes ``localhost``, which KubeDL
+gives its master while the workers reach it by the master's Service name
+(:func:`store_listen_address`).
 
 Neither this module nor :mod:`~kubedl_prefect.prefect.replica` imports Prefect or torch at
 import time; torch is imported only to join the process group.
@@ -48,13 +52,24 @@ from kubedl_prefect.prefect.replica import (
 )
 
 
-def _is_loopback(address: str) -> bool:
-    if address.lower().rstrip(".") == "localhost":
-        return True
+def store_listen_address(master_addr: str) -> str | None:
+    """Where rank 0's rendezvous store listens: a loopback address only, or ``None`` (everywhere).
+
+    Only a loopback address literal (``127.0.0.1``, ``::1``: what a ``LocalCluster`` gives every
+    replica) keeps the store on loopback. The name ``localhost`` does not: KubeDL gives a
+    PyTorchJob's master ``MASTER_ADDR=localhost`` while its workers connect to the master's
+    Service name, that is the master pod's own address, so the store must listen on the pod's
+    interfaces, as torch's ``env://`` makes it (a store on the pod's loopback leaves every
+    worker waiting until its store timeout, 300 s). A real cluster does the same as the test bed.
+
+    Example:
+        >>> [store_listen_address(a) for a in ("127.0.0.1", "::1", "localhost", "job-master-0")]
+        ['127.0.0.1', '::1', None, None]
+    """
     try:
-        return ipaddress.ip_address(address).is_loopback
-    except ValueError:
-        return False
+        return master_addr if ipaddress.ip_address(master_addr).is_loopback else None
+    except ValueError:  # a name: a Service's, or localhost
+        return None
 
 
 def process_group_backend(replica: Replica, requested: str | None) -> str | None:
@@ -83,7 +98,8 @@ def init_process_group(replica: Replica, backend: str) -> Any:
 
     The store is made here rather than by ``env://`` for two reasons: torch's own would listen
     on every interface of the machine even with a loopback ``MASTER_ADDR``, and the replicas
-    tell each other through it how their function ended (:func:`report_and_wait`).
+    tell each other through it how their function ended (:func:`report_and_wait`). Where it
+    listens: :func:`store_listen_address`.
     """
     import torch.distributed as dist
     from torch.distributed import TCPStore  # type: ignore[attr-defined]  # public, not in __all__
@@ -93,12 +109,13 @@ def init_process_group(replica: Replica, backend: str) -> Any:
     host = replica.master_addr
     if host.lower().rstrip(".") == "localhost":
         host = "127.0.0.1"
+    listen = store_listen_address(replica.master_addr)
     if replica.rank != 0:
         store = TCPStore(host, replica.master_port, replica.world_size, is_master=False)
-    elif _is_loopback(host):
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    elif listen is not None:
+        family = socket.AF_INET6 if ":" in listen else socket.AF_INET
         listener = socket.create_server(
-            (host, replica.master_port), family=family, backlog=max(128, replica.world_size)
+            (listen, replica.master_port), family=family, backlog=max(128, replica.world_size)
         )
         store = TCPStore(
             host,
@@ -108,7 +125,7 @@ def init_process_group(replica: Replica, backend: str) -> Any:
             master_listen_fd=listener.detach(),
             use_libuv=True,
         )
-    else:  # a cluster: rank 0 cannot bind the master's service address; as env:// does
+    else:  # a cluster: every interface of the pod (the workers come by its Service), as env://
         store = TCPStore(host, replica.master_port, replica.world_size, is_master=True)
     dist.init_process_group(backend, store=store, rank=replica.rank, world_size=replica.world_size)
     return store

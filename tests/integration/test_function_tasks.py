@@ -7,7 +7,9 @@ replica ``worker-0`` (rank 1), its exit code and the traceback's last line. An a
 two ``@adistributed_task`` calls and an ``arun_training_job`` at once and leaves no socket of
 ours open (Prefect's own leak, one per async flow run, is told apart by where it was opened).
 On the test bed, a decorated function runs on 2 real process pods made by the real KubeDL
-operator, and rank 0's value comes back through its container's termination message.
+operator, joins one gloo process group across them (rank 0's rendezvous store on its pod's
+address, where the worker's ``MASTER_ADDR``, the master's Service name, leads), and the
+``all_reduce``'s sum comes back as rank 0's value through its container's termination message.
 
 Needs torch (installed into this environment by ``test_local_ddp``'s fixture when missing).
 """
@@ -111,9 +113,18 @@ def test_a_function_that_raises_on_rank_1_fails_the_task_naming_replica_1(
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
-def test_on_two_real_pods_rank_0s_value_comes_back_in_its_termination_message(
-    prefect_server: dict[str, str], testbed: Testbed, admin_kubeconfig: Path, namespace: str
+def test_on_two_real_pods_a_gloo_all_reduce_comes_back_as_rank_0s_value(
+    prefect_server: dict[str, str],
+    torch_installed: None,
+    testbed: Testbed,
+    admin_kubeconfig: Path,
+    namespace: str,
 ) -> None:
+    """Two KubeDL pods join one gloo process group through what the operator injected.
+
+    The master's ``MASTER_ADDR`` is ``localhost`` and the worker's the master's Service name:
+    rank 0's rendezvous store must listen on the pod's own address for the worker to join.
+    """
     testbed.start_process_node()
     on_process_node = {
         "nodeSelector": {PROCESS_NODE_LABEL: "true"},
@@ -124,31 +135,43 @@ def test_on_two_real_pods_rank_0s_value_comes_back_in_its_termination_message(
         replicas=2,
         cluster=KubernetesCluster(kubeconfig_path=str(admin_kubeconfig), namespace=namespace),
         image="python:3.11",  # the process node runs it in this project's environment
-        process_group="none",
+        process_group="gloo",
         retry={"max_attempts": 1},
         spec_fields=on_process_node,
     )
-    def who(tag: str) -> dict[str, object]:
+    def summed(tag: str) -> dict[str, object]:
+        import os
         import socket
 
+        import torch
+        import torch.distributed as dist
+
         replica = current_replica()
+        total = torch.tensor([float(10**replica.rank)])  # rank 0 adds 1, rank 1 adds 10
+        dist.all_reduce(total)
         return {
             "tag": tag,
             "rank": replica.rank,
-            "world_size": replica.world_size,
+            "world_size": dist.get_world_size(),
+            "backend": str(dist.get_backend()),
+            "sum": float(total.item()),
+            "master_addr": os.environ["MASTER_ADDR"],
             "host": socket.gethostname(),
         }
 
     @flow
     def ask(tag: str) -> dict[str, object]:
-        return who(tag)
+        return summed(tag)
 
     answer = ask("from a pod")
-    assert {k: answer[k] for k in ("tag", "rank", "world_size")} == {
+    assert {k: answer[k] for k in ("tag", "rank", "world_size", "backend", "sum")} == {
         "tag": "from a pod",
         "rank": 0,
         "world_size": 2,
+        "backend": "gloo",
+        "sum": 11.0,  # both ranks' shares: the worker joined rank 0's group
     }
+    assert answer["master_addr"] == "localhost"  # what KubeDL gives its master
     assert str(answer["host"]).endswith("master-0")  # the master pod's own host name
 
 

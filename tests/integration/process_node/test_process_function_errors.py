@@ -1,10 +1,11 @@
 """A function task's exception on a real pod comes back naming the replica (issue 21).
 
-A ``@distributed_task`` function runs on 2 process pods made by the real KubeDL operator; rank 1
-raises at once (rank 0 is still busy). Its bootstrap leaves the error record (rank, exception,
-the traceback's last line) as its container's termination message, which the node agent
-reports as a kubelet does; the worker's exit 1 fails the job (ExitCode), and the task raises
-``ReplicaFunctionError`` naming ``worker-0`` (rank 1) with what the pod's status says.
+A ``@distributed_task`` function runs on 2 process pods made by the real KubeDL operator, in one
+gloo process group (an ``all_reduce`` both ranks join); then rank 1 raises at once (rank 0 is
+still busy). Its bootstrap leaves the error record (rank, exception, the traceback's last line)
+as its container's termination message, which the node agent reports as a kubelet does; the
+worker's exit 1 fails the job (ExitCode), and the task raises ``ReplicaFunctionError`` naming
+``worker-0`` (rank 1) with what the pod's status says.
 """
 
 from __future__ import annotations
@@ -43,14 +44,19 @@ async def test_a_function_that_raises_on_a_pod_fails_the_task_naming_its_replica
         replicas=2,
         cluster=KubernetesCluster(kubeconfig_path=str(admin_kubeconfig), namespace=namespace),
         image="python:3.11",  # the process node runs it in this project's environment
-        process_group="none",  # a gloo rendezvous across process pods does not connect here
+        process_group="gloo",
         retry={"max_attempts": 1},
         spec_fields=ON_PROCESS_NODE,
     )
     def shard_sums(shard: int) -> float:
         import time
 
+        import torch
+        import torch.distributed as dist
+
         replica = current_replica()
+        total = torch.tensor([float(replica.rank + shard)])
+        dist.all_reduce(total)  # both ranks joined the process group
         if replica.rank == 1:
             raise ValueError(f"rank 1 refuses shard {shard}")
         time.sleep(120)  # rank 1 fails first: its failure fails the job

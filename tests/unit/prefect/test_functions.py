@@ -9,6 +9,7 @@ replicas with a Prefect server: ``tests/integration/test_function_tasks.py``.
 from __future__ import annotations
 
 import base64
+import importlib.util
 import pickle
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,50 @@ def test_the_replica_reads_the_v1_operators_and_trainers_variables() -> None:
 def test_no_process_group_alone_or_when_asked_for_none() -> None:
     assert bootstrap.process_group_backend(Replica(), "auto") is None
     assert bootstrap.process_group_backend(Replica(0, 2, 0, "127.0.0.1", 1), "none") is None
+
+
+def test_rank_0s_store_stays_on_loopback_only_for_a_loopback_address_literal() -> None:
+    # KubeDL gives its master MASTER_ADDR=localhost; its workers come by the Service name.
+    assert bootstrap.store_listen_address("localhost") is None
+    assert bootstrap.store_listen_address("LOCALHOST.") is None
+    assert bootstrap.store_listen_address("fn-a1-master-0") is None
+    assert bootstrap.store_listen_address("169.254.104.3") is None
+    assert bootstrap.store_listen_address("127.0.0.1") == "127.0.0.1"  # a LocalCluster's
+    assert bootstrap.store_listen_address("::1") == "::1"
+
+
+def _listening_on(port: int) -> set[str]:
+    import psutil
+
+    return {
+        c.laddr.ip
+        for c in psutil.Process().net_connections("tcp")
+        if c.status == psutil.CONN_LISTEN and c.laddr.port == port
+    }
+
+
+@pytest.mark.long  # imports torch: seconds
+@pytest.mark.parametrize(
+    ("master_addr", "where"),
+    [("localhost", {"::", "0.0.0.0"}), ("127.0.0.1", {"127.0.0.1"})],
+    ids=["kubedl-master", "local"],
+)
+def test_rank_0s_store_listens_where_the_other_ranks_can_reach_it(
+    master_addr: str, where: set[str]
+) -> None:
+    # make test installs every extra; without torch this test must fail, not vanish.
+    assert importlib.util.find_spec("torch") is not None, (
+        "needs the torch extra (uv sync --all-extras)"
+    )
+    store = bootstrap.init_process_group(Replica(0, 1, 0, master_addr, 0), "gloo")
+    store_port = store.port
+    try:
+        listening = _listening_on(store_port)
+    finally:
+        bootstrap._leave_process_group()
+        del store
+    assert listening, f"nothing listens on the store's port {store_port}"
+    assert listening <= where, listening
 
 
 # -- what comes back -------------------------------------------------------------------------
