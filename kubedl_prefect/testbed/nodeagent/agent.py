@@ -430,6 +430,7 @@ class PodWorker:
         if meta.get("deletionTimestamp") and not self.deleting.is_set():
             self.grace_s = float(meta.get("deletionGracePeriodSeconds", 30))
             self.deleting.set()
+            self.agent.refresh_hosts()  # out of its Services' endpoints at once
 
     def gone(self) -> None:
         """The pod object was removed: kill everything at once."""
@@ -479,15 +480,23 @@ class PodWorker:
         self.agent.refresh_hosts()
 
     def entry(self) -> network.PodEntry:
-        """The pod as Services select it."""
+        """The pod as Services select it.
+
+        A pod being deleted is not ready for its Services, whatever its probes say: Kubernetes
+        takes a terminating pod out of its Services' endpoints at once (but where they publish
+        not-ready addresses), while its containers shut down in their grace period.
+        """
         spec = self.pod.get("spec") or {}
+        metadata = self.pod.get("metadata") or {}
+        terminating = self.deleting.is_set() or bool(metadata.get("deletionTimestamp"))
         return network.PodEntry(
             namespace=self.namespace,
-            labels=dict((self.pod.get("metadata") or {}).get("labels") or {}),
+            labels=dict(metadata.get("labels") or {}),
             address=self.pod_ip or "",
             hostname=str(spec.get("hostname", "")),
             subdomain=str(spec.get("subdomain", "")),
-            ready=bool(self.records)
+            ready=not terminating
+            and bool(self.records)
             and all(
                 isinstance(r.state, Running) and self.readiness.get(r.name, True)
                 for r in self.records

@@ -107,3 +107,60 @@ async def test_a_service_of_a_process_pod_answers_on_loopback(
     assert await forwarded(process_node, namespace, "echo", ready=False) is None
     with pytest.raises(OSError, match="refused"):
         await asyncio.to_thread(get, f"{forward.url}/")
+
+
+async def test_a_terminating_pod_leaves_its_services_at_once(
+    kube: KubeClient, namespace: str, process_node: Testbed
+) -> None:
+    # As the endpoints controller does: a pod being deleted gets no more traffic through its
+    # Services while its containers shut down (this one ignores SIGTERM: its grace period).
+    stubborn = "import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" + SERVER
+    for name in ("old", "new"):
+        server = {
+            "name": "server",
+            "image": "python:3.11",
+            "command": ["python", "-c", stubborn],
+            "ports": [{"name": "http", "containerPort": 8080}],
+            "readinessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 1},
+        }
+        await kube.create(
+            PODS,
+            namespace,
+            pod(name, [server], restart_policy="Always", labels={"app": "pair"}, grace_s=10),
+        )
+    await kube.create(
+        SERVICES,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "pair"},
+            "spec": {"selector": {"app": "pair"}, "ports": [{"port": 80, "targetPort": "http"}]},
+        },
+    )
+    old = await wait_pod(kube, namespace, "old", ready_is(True))
+    new = await wait_pod(kube, namespace, "new", ready_is(True))
+    deadline = time.monotonic() + 30
+    while True:
+        forward = await forwarded(process_node, namespace, "pair", ready=True)
+        assert forward is not None
+        if len(forward.targets) == 2:
+            break
+        assert time.monotonic() < deadline, forward
+        await asyncio.sleep(0.2)
+
+    await kube.delete(PODS, namespace, "old")
+    await wait_pod(kube, namespace, "old", lambda p: bool(p["metadata"].get("deletionTimestamp")))
+    deadline = time.monotonic() + 10
+    while True:
+        forward = await forwarded(process_node, namespace, "pair", ready=True)
+        assert forward is not None
+        if forward.targets == (f"{new['status']['podIP']}:8080",):
+            break
+        assert time.monotonic() < deadline, forward
+        await asyncio.sleep(0.2)
+    # The old pod still runs (its grace period), and no request reaches it.
+    terminating = await kube.get(PODS, namespace, "old")
+    assert terminating["status"]["podIP"] == old["status"]["podIP"]
+    for _ in range(4):
+        assert await asyncio.to_thread(get, f"{forward.url}/") == "new /"
