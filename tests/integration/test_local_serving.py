@@ -13,6 +13,7 @@ cache). Nothing is skipped.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -32,6 +33,7 @@ from kubedl_prefect.serving.local import (
 )
 from tests.integration.test_local_ddp import torch_installed
 from tests.support.mlflow_server import MlflowServer
+from tests.support.prefect_reads import link_artifacts
 
 __all__ = ["torch_installed"]
 
@@ -198,6 +200,14 @@ def test_the_demo_chain_trains_registers_gates_serves_and_predicts_in_one_flow_r
             manifest["metadata"]["labels"]["kubedl-prefect.io/model-version"]
             == (summary.model_uri.rsplit("/", 1)[1])
         )
+        # The flow-run page links to the MLflow run, the model version and the endpoint.
+        links = asyncio.run(link_artifacts(uuid.UUID(summary.flow_run_id)))
+        version = summary.model_uri.rsplit("/", 1)[1]
+        assert links["ddp-spirals-mlflow-run"] == f"{mlflow_server.url}/#/runs/{summary.run_id}"
+        assert links["ddp-spirals-model-version"] == (
+            f"{mlflow_server.url}/#/models/ddp-spirals/versions/{version}"
+        )
+        assert links["ddp-spirals-endpoint"] == f"{server.url}/v2/models/ddp-spirals"
     finally:
         server.stop()
     _, alive = psutil.wait_procs(tree, timeout=0)

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 import time
 from typing import Any
 from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.responses import SetStateStatus
 from prefect.states import Cancelling, Scheduled
@@ -50,6 +56,23 @@ async def wait_for_logs(flow_run_id: UUID, needles: list[str], timeout_s: float 
         if all(any(n in m for m in messages) for n in needles) or time.monotonic() > deadline:
             return messages
         await asyncio.sleep(0.5)
+
+
+async def link_artifacts(flow_run_id: UUID) -> dict[str, str]:
+    """The link artifacts of a flow run: key -> the URL its markdown links to.
+
+    Prefect stores a link artifact as markdown (``[text](link)``), typed ``markdown``.
+    """
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
+    links = {}
+    for artifact in found:
+        match = re.fullmatch(r"\[[^\]]*\]\((.*)\)", str(artifact.data))
+        if match is not None:
+            links[str(artifact.key)] = match.group(1)
+    return links
 
 
 async def read_flow_run(flow_run_id: UUID) -> FlowRun:

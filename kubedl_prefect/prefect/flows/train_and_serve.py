@@ -11,9 +11,12 @@ r"""Train, register, gate and serve: one flow from a training spec to a model be
 6. ``render-inference-service``: the InferenceService manifest, always, so the flow run shows
    what would be served;
 7. with ``serve="kserve"`` and a promoted candidate, ``deploy-inference-service`` applies it,
-   waits for Ready and rolls spec and alias back otherwise; with ``serve="local"`` the version is
-   served on this machine by the same model server (MLServer) instead; ``"none"`` stops at the
-   manifest.
+   waits for Ready and rolls spec and alias back otherwise; with ``serve="local"``,
+   ``serve-locally`` serves the version on this machine by the same model server (MLServer)
+   instead; ``"none"`` stops at the manifest.
+
+The flow run's page links to the MLflow run and the model version (``register-model``'s link
+artifacts) and to the endpoint (``deploy-inference-service``'s or ``serve-locally``'s).
 
 It returns a :class:`TrainAndServeResult`. Jobs the flow run created are deleted when it is
 cancelled or crashes (``CLEANUP_HOOKS``).
@@ -30,9 +33,10 @@ from __future__ import annotations
 import argparse
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from prefect import flow
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 from prefect.runtime import flow_run
 
 from kubedl_prefect.prefect import (
@@ -51,8 +55,12 @@ from kubedl_prefect.prefect import (
     run_training_job,
     start_model_run,
 )
+from kubedl_prefect.prefect.artifacts import web_link
 from kubedl_prefect.prefect.blocks import ClusterBlock, load_cluster
+from kubedl_prefect.prefect.chain import write_link
+from kubedl_prefect.prefect.context import RunContext
 from kubedl_prefect.prefect.model_blocks import as_serving_block
+from kubedl_prefect.prefect.sync import run_in_caller_context
 from kubedl_prefect.registry import GatePolicy
 from kubedl_prefect.registry.compat import KSERVE_MLSERVER
 from kubedl_prefect.registry.gate import GateDecision
@@ -60,6 +68,9 @@ from kubedl_prefect.registry.mlflow_registry import RegisteredVersion, ResolvedM
 from kubedl_prefect.serving import ModelLink, ServingOutcome
 from kubedl_prefect.spec import TrainingJobSpec, load_spec, parse_spec, spec_to_data
 from kubedl_prefect.spec.handoff import with_handoff
+
+if TYPE_CHECKING:
+    from kubedl_prefect.serving.local import LocalModelServer
 
 _SUMMARY = "Train, register, gate and serve: one flow from a training spec to a served model."
 
@@ -233,14 +244,32 @@ def train_and_serve(
     return TrainAndServeResult(training, version, resolved, decision, manifest, local=local)
 
 
-def _serve_locally(mlflow: MlflowRegistry, model_uri: str, name: str) -> Any:
-    """Serve ``model_uri`` on this machine (MLServer, the runtime kserve-mlserver runs)."""
+@task(name="serve-locally", cache_policy=NO_CACHE)
+def _serve_locally(mlflow: MlflowRegistry, model_uri: str, name: str) -> LocalModelServer:
+    """Serve ``model_uri`` on this machine (MLServer, the runtime kserve-mlserver runs).
+
+    Its task run leaves the ``<name>-endpoint`` link artifact to the model on the server
+    (``/v2/models/<name>``: its metadata; ``/infer`` under it predicts), as
+    ``deploy_inference_service`` does for KServe's URL.
+    """
     import os
 
     from kubedl_prefect.serving.local import serve_locally
 
     credentials = {variable: os.environ[variable] for variable in mlflow.export_credentials()}
-    return serve_locally(model_uri, tracking_uri=mlflow.tracking_uri, name=name, env=credentials)
+    local = serve_locally(model_uri, tracking_uri=mlflow.tracking_uri, name=name, env=credentials)
+    ctx = RunContext.capture()
+    run_in_caller_context(
+        lambda: write_link(
+            ctx,
+            name,
+            "endpoint",
+            web_link(local.url, f"/v2/models/{name}"),
+            f"{name} on this machine (MLServer)",
+            f"The endpoint of `{model_uri}` served on this machine: POST `{local.infer_url}`",
+        )
+    )
+    return local
 
 
 def main() -> None:

@@ -47,6 +47,7 @@ from kubedl_prefect.spec.handoff import (
     with_handoff,
 )
 from tests.support.mlflow_server import MlflowServer
+from tests.support.prefect_reads import link_artifacts
 from tests.support.training import job_environment, train_and_log
 
 pytestmark = pytest.mark.filterwarnings(
@@ -280,28 +281,6 @@ async def model_events(flow_run_id: UUID, want: set[str], timeout_s: float = 30)
         if want <= {e.event for e in page.events} or time.monotonic() > deadline:
             return list(page.events)
         await asyncio.sleep(0.5)
-
-
-async def link_artifacts(flow_run_id: uuid.UUID) -> dict[str, str]:
-    """The link artifacts of a flow run: key -> the URL its markdown links to.
-
-    Prefect stores a link artifact as markdown (``[text](link)``), typed ``markdown``.
-    """
-    import re
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
-
-    async with get_client() as client:
-        found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
-        )
-    links = {}
-    for artifact in found:
-        match = re.fullmatch(r"\[[^\]]*\]\((.*)\)", str(artifact.data))
-        if match is not None:
-            links[str(artifact.key)] = match.group(1)
-    return links
 
 
 def test_links_go_only_to_http_servers() -> None:
