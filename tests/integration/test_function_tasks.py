@@ -7,9 +7,10 @@ replica ``worker-0`` (rank 1), its exit code and the traceback's last line. An a
 two ``@adistributed_task`` calls and an ``arun_training_job`` at once and leaves no socket of
 ours open (Prefect's own leak, one per async flow run, is told apart by where it was opened).
 On the test bed, a decorated function runs on 2 real process pods made by the real KubeDL
-operator, joins one gloo process group across them (rank 0's rendezvous store on its pod's
-address, where the worker's ``MASTER_ADDR``, the master's Service name, leads), and the
-``all_reduce``'s sum comes back as rank 0's value through its container's termination message.
+operator (and by the real Kubeflow operator v1), joins one gloo process group across them (rank
+0's rendezvous store on its pod's address, where the worker's ``MASTER_ADDR``, the master's
+Service name, leads), and the ``all_reduce``'s sum comes back as rank 0's value through its
+container's termination message.
 
 Needs torch (installed into this environment by ``test_local_ddp``'s fixture when missing).
 """
@@ -20,6 +21,7 @@ import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Literal
 
 import psutil
 import pytest
@@ -113,17 +115,19 @@ def test_a_function_that_raises_on_rank_1_fails_the_task_naming_replica_1(
 
 @pytest.mark.long
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("dialect", ["kubedl", "kubeflow"])
 def test_on_two_real_pods_a_gloo_all_reduce_comes_back_as_rank_0s_value(
+    dialect: Literal["kubedl", "kubeflow"],
     prefect_server: dict[str, str],
     torch_installed: None,
     testbed: Testbed,
     admin_kubeconfig: Path,
     namespace: str,
 ) -> None:
-    """Two KubeDL pods join one gloo process group through what the operator injected.
+    """Two pods of the real operator join one gloo process group through what it injected.
 
-    The master's ``MASTER_ADDR`` is ``localhost`` and the worker's the master's Service name:
-    rank 0's rendezvous store must listen on the pod's own address for the worker to join.
+    The worker's ``MASTER_ADDR`` is the master's Service name; KubeDL gives the master itself
+    ``localhost``: rank 0's rendezvous store must listen on its pod's own address all the same.
     """
     testbed.start_process_node()
     on_process_node = {
@@ -136,6 +140,7 @@ def test_on_two_real_pods_a_gloo_all_reduce_comes_back_as_rank_0s_value(
         cluster=KubernetesCluster(kubeconfig_path=str(admin_kubeconfig), namespace=namespace),
         image="python:3.11",  # the process node runs it in this project's environment
         process_group="gloo",
+        dialect=dialect,
         retry={"max_attempts": 1},
         spec_fields=on_process_node,
     )
@@ -171,7 +176,10 @@ def test_on_two_real_pods_a_gloo_all_reduce_comes_back_as_rank_0s_value(
         "backend": "gloo",
         "sum": 11.0,  # both ranks' shares: the worker joined rank 0's group
     }
-    assert answer["master_addr"] == "localhost"  # what KubeDL gives its master
+    if dialect == "kubedl":
+        assert answer["master_addr"] == "localhost"  # what KubeDL gives its master
+    else:
+        assert str(answer["master_addr"]).endswith("master-0")  # the master's Service
     assert str(answer["host"]).endswith("master-0")  # the master pod's own host name
 
 
