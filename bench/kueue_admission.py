@@ -46,7 +46,7 @@ from typing import Any
 
 from bench import report
 from bench.monitor import PYTORCHJOBS, ROOT, percentile
-from bench.waiters import now
+from bench.waiters import WaiterProcess, now
 from kubedl_prefect.errors import KubeDLPrefectError, NotFoundError, TestbedError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import (
@@ -216,47 +216,16 @@ class Driver:
         plan_file.write_text(json.dumps(plan))
         log_file = self.logs / f"{namespace}-{scenario.system}.log"
         total = len(refs)
-        ready, finished, summary = asyncio.Event(), asyncio.Event(), asyncio.Event()
         uids = {ref.uid: ref.name for ref in refs}
-        with log_file.open("wb") as stderr:
-            process = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                "bench.waiters",
-                str(plan_file),
-                cwd=ROOT,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                limit=2**20,
-            )
-            assert process.stdout is not None
-            stdout = process.stdout
 
-            async def read() -> None:
-                async for raw in stdout:
-                    message = json.loads(raw)
-                    event = message.pop("event")
-                    if event == "ready":
-                        observed.ready = message
-                        ready.set()
-                    elif event == "done":
-                        observed.t1[message["name"]] = message["t1"]
-                        observed.requests_at[message["name"]] = message["requests"]
-                    elif event == "error":
-                        observed.errors[message["name"]] = message["error"]
-                        observed.t1.setdefault(message["name"], message["t1"])
-                    elif event == "summary":
-                        observed.summary = message
-                        summary.set()
-                    if len(observed.t1) >= total:
-                        finished.set()
-                finished.set()
-                ready.set()
+        def done(message: dict[str, Any]) -> None:
+            observed.requests_at[message["name"]] = message["requests"]
 
-            reader = asyncio.create_task(read())
-            watcher: asyncio.Task[None] | None = None
+        waiters = WaiterProcess(observed, total, on_done=done)
+        watcher: asyncio.Task[None] | None = None
+        async with waiters.running(self.python, plan_file, log_file, ROOT) as process:
             try:
-                await asyncio.wait_for(ready.wait(), timeout=180 + total)
+                await asyncio.wait_for(waiters.ready.wait(), timeout=180 + total)
                 if not observed.ready:
                     raise RuntimeError(
                         f"{scenario.system} ended before it was ready; see {log_file}"
@@ -271,7 +240,7 @@ class Driver:
                 observed.t0 = now()
                 await self.client.patch(KUEUE_CLUSTER_QUEUES, None, queue, body)
                 try:
-                    await asyncio.wait_for(finished.wait(), timeout=120 + total)
+                    await asyncio.wait_for(waiters.finished.wait(), timeout=120 + total)
                 except TimeoutError:
                     observed.notes.append(
                         f"{total - len(observed.t1)} of {total} waits reported no admission "
@@ -279,13 +248,9 @@ class Driver:
                     )
                     process.terminate()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(summary.wait(), timeout=60)
+                    await asyncio.wait_for(waiters.summarised.wait(), timeout=60)
                 await asyncio.wait_for(process.wait(), timeout=30)
             finally:
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
-                reader.cancel()
                 if watcher is not None:
                     watcher.cancel()
         if process.returncode not in (0, -15):

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.waiters import now
+from bench.waiters import WaiterProcess, now
 from kubedl_prefect.errors import ConflictError, NotFoundError, TestbedError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import CONFIG_MAPS, NAMESPACES, KubeObject, ResourceKind
@@ -365,77 +365,34 @@ class Driver:
         plan_file = self._write(f"{namespace}-plan.json", json.dumps(plan))
         log_file = self.logs / f"{namespace}-{scenario.system}.log"
         total = len(refs)
-        finished = asyncio.Event()
-        ready = asyncio.Event()
-        summary = asyncio.Event()
-        with log_file.open("wb") as stderr:
-            process = await asyncio.create_subprocess_exec(
-                self.python,
-                "-m",
-                "bench.waiters",
-                str(plan_file),
-                cwd=ROOT,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=stderr,
-                limit=2**20,
-            )
-            assert process.stdout is not None
-            stdout = process.stdout
 
-            async def read() -> None:
-                async for raw in stdout:
-                    message = json.loads(raw)
-                    event = message.pop("event")
-                    if event == "ready":
-                        observed.ready = message
-                        ready.set()
-                    elif event == "done":
-                        observed.t1[message["name"]] = message["t1"]
-                        observed.phases[message["name"]] = message["phase"]
-                    elif event == "error":
-                        observed.errors[message["name"]] = message["error"]
-                        observed.t1.setdefault(message["name"], message["t1"])
-                    elif event == "summary":
-                        observed.summary = message
-                        summary.set()
-                    if len(observed.t1) >= total:
-                        finished.set()
-                finished.set()
-                ready.set()
+        def done(message: dict[str, Any]) -> None:
+            observed.phases[message["name"]] = message["phase"]
 
-            reader = asyncio.create_task(read())
+        waiters = WaiterProcess(observed, total, on_done=done)
+        async with waiters.running(self.python, plan_file, log_file, ROOT) as process:
+            await asyncio.wait_for(waiters.ready.wait(), timeout=180 + total * 0.2)
+            if not observed.ready:
+                raise RuntimeError(f"{scenario.system} ended before it was ready; see {log_file}")
+            start = observed.start = now()
+            runs = durations(scenario, self.seed)
+            schedule = sorted((start + d, ref.name) for d, ref in zip(runs, refs, strict=True))
+            await self._finish_jobs(namespace, scenario.kind, schedule, created_at, roles, observed)
+            grace = 90.0 + total * 0.05
             try:
-                await asyncio.wait_for(ready.wait(), timeout=180 + total * 0.2)
-                if not observed.ready:
-                    raise RuntimeError(
-                        f"{scenario.system} ended before it was ready; see {log_file}"
-                    )
-                start = observed.start = now()
-                runs = durations(scenario, self.seed)
-                schedule = sorted((start + d, ref.name) for d, ref in zip(runs, refs, strict=True))
-                await self._finish_jobs(
-                    namespace, scenario.kind, schedule, created_at, roles, observed
+                await asyncio.wait_for(waiters.finished.wait(), timeout=grace)
+            except TimeoutError:
+                observed.notes.append(
+                    f"{total - len(observed.t1)} of {total} waits had not returned "
+                    f"{grace:.0f} s after the last job ended"
                 )
-                grace = 90.0 + total * 0.05
+                process.terminate()
+            if not waiters.summarised.is_set():
                 try:
-                    await asyncio.wait_for(finished.wait(), timeout=grace)
+                    await asyncio.wait_for(waiters.summarised.wait(), timeout=30)
                 except TimeoutError:
-                    observed.notes.append(
-                        f"{total - len(observed.t1)} of {total} waits had not returned "
-                        f"{grace:.0f} s after the last job ended"
-                    )
-                    process.terminate()
-                if not summary.is_set():
-                    try:
-                        await asyncio.wait_for(summary.wait(), timeout=30)
-                    except TimeoutError:
-                        observed.notes.append("no summary from the waiting process")
-                await asyncio.wait_for(process.wait(), timeout=30)
-            finally:
-                if process.returncode is None:
-                    process.kill()
-                    await process.wait()
-                reader.cancel()
+                    observed.notes.append("no summary from the waiting process")
+            await asyncio.wait_for(process.wait(), timeout=30)
         raw = {
             name: {
                 "t0": observed.t0.get(name),

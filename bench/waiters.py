@@ -1,8 +1,9 @@
 """One waiting system in its own process: ``python -m bench.waiters PLAN.json``.
 
-The driver (:mod:`bench.monitor`) creates the jobs, starts this process and then plays the
-operator. This process waits on every job of the plan with one system and reports on stdout, one
-JSON object a line:
+The driver (:mod:`bench.monitor`, :mod:`bench.kueue_admission`) creates the jobs, starts this
+process (:class:`WaiterProcess`, which reads its lines) and then plays the operator, or frees
+the queue's quota. This process waits on every job of the plan with one system and reports on
+stdout, one JSON object a line:
 
 * ``{"event": "ready", ...}`` once every waiter has seen its job (Running) once;
 * ``{"event": "done", "name": ..., "t1": ..., "phase": ...}`` when a wait returned, with ``t1``
@@ -41,14 +42,15 @@ the job every 5 s until Kueue has unsuspended it. ``kubeflow-sdk`` has no such w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 SYSTEMS = ("kubedl-prefect", "kubeflow-sdk", "poll-5s")
 TRAINJOB = "TrainJob"
@@ -61,6 +63,92 @@ _OUT_LOCK = threading.Lock()
 def now() -> float:
     """The system-wide monotonic clock (CLOCK_MONOTONIC is shared by all processes on Linux)."""
     return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+class Told(Protocol):
+    """Where a driver keeps what the waiting process tells it (its ``Observed``)."""
+
+    ready: dict[str, Any]
+    t1: dict[str, float]
+    errors: dict[str, str]
+    summary: dict[str, Any]
+
+
+class WaiterProcess:
+    """The driver's side: this module run as a process on a plan, and what it says on stdout.
+
+    Each line is noted in ``told`` as it comes (``ready``, each ``done`` job's ``t1``, each
+    ``error``, the ``summary``); ``on_done`` gets the rest of a ``done`` line (its ``phase``,
+    its ``requests``). ``ready``, ``finished`` (every job of ``total`` returned, or stdout
+    closed) and ``summarised`` are set as they happen.
+
+    Args:
+        told: The driver's record of the run.
+        total: How many jobs the plan waits on.
+        on_done: Called with each ``done`` line (``name``, ``t1`` and the system's fields).
+    """
+
+    def __init__(
+        self, told: Told, total: int, on_done: Callable[[dict[str, Any]], None] | None = None
+    ) -> None:
+        self.told, self.total, self.on_done = told, total, on_done
+        self.ready, self.finished, self.summarised = (
+            asyncio.Event(),
+            asyncio.Event(),
+            asyncio.Event(),
+        )
+
+    @contextlib.asynccontextmanager
+    async def running(
+        self, python: str, plan_file: Path, log_file: Path, cwd: Path
+    ) -> AsyncIterator[asyncio.subprocess.Process]:
+        """Start ``python -m bench.waiters PLAN`` (stderr to ``log_file``) and read its lines.
+
+        On exit a process still running is killed, and the reading stops.
+        """
+        with log_file.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                python,
+                "-m",
+                "bench.waiters",
+                str(plan_file),
+                cwd=cwd,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=stderr,
+                limit=2**20,
+            )
+            assert process.stdout is not None
+            reader = asyncio.create_task(self._read(process.stdout))
+            try:
+                yield process
+            finally:
+                if process.returncode is None:
+                    process.kill()
+                    await process.wait()
+                reader.cancel()
+
+    async def _read(self, stdout: asyncio.StreamReader) -> None:
+        told = self.told
+        async for raw in stdout:
+            message = json.loads(raw)
+            event = message.pop("event")
+            if event == "ready":
+                told.ready = message
+                self.ready.set()
+            elif event == "done":
+                told.t1[message["name"]] = message["t1"]
+                if self.on_done is not None:
+                    self.on_done(message)
+            elif event == "error":
+                told.errors[message["name"]] = message["error"]
+                told.t1.setdefault(message["name"], message["t1"])
+            elif event == "summary":
+                told.summary = message
+                self.summarised.set()
+            if len(told.t1) >= self.total:
+                self.finished.set()
+        self.finished.set()
+        self.ready.set()
 
 
 def memory_kb() -> dict[str, int]:
