@@ -4,7 +4,9 @@
 model format, runtime, protocol, resources, replicas, deployment mode, canary); its manifest
 (:func:`render_inference_service`) validates against KServe's CRD schema;
 :class:`InferenceServiceDeployer` applies it server-side, waits for Ready through the shared
-watches and restores the previous spec when the new one fails. This package does not import
+watches and restores the previous spec when the new one fails; :func:`run_canary` (async:
+:func:`arun_canary`) deploys a candidate as a canary, sends both models the same test traffic,
+and promotes or rolls it back (:func:`canary_verdict` decides). This package does not import
 MLflow: the registry's part of a rollback (the alias) comes in as a callback.
 The names below load on first use.
 
@@ -26,6 +28,9 @@ _EXPORTS: dict[str, str] = {
     "CanaryCheck": "kubedl_prefect.serving.canary",
     "CanaryVerdict": "kubedl_prefect.serving.canary",
     "canary_verdict": "kubedl_prefect.serving.canary",
+    "CanaryOutcome": "kubedl_prefect.serving.release",
+    "run_canary": "kubedl_prefect.serving.release",
+    "arun_canary": "kubedl_prefect.serving.release",
     "ServingResources": "kubedl_prefect.serving.spec",
     "ModelLink": "kubedl_prefect.serving.spec",
     "DeploymentMode": "kubedl_prefect.serving.spec",
@@ -43,6 +48,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "Canary",
     "CanaryCheck",
+    "CanaryOutcome",
     "CanaryVerdict",
     "DeploymentMode",
     "InferenceServiceDeployer",
@@ -55,9 +61,11 @@ __all__ = [
     "ServingResources",
     "ServingState",
     "SyncInferenceServiceDeployer",
+    "arun_canary",
     "canary_verdict",
     "readiness",
     "render_inference_service",
+    "run_canary",
 ]
 
 if TYPE_CHECKING:
@@ -69,6 +77,7 @@ if TYPE_CHECKING:
     )
     from kubedl_prefect.serving.events import InferenceServiceEvent
     from kubedl_prefect.serving.readiness import Readiness, ServingState, readiness
+    from kubedl_prefect.serving.release import CanaryOutcome, arun_canary, run_canary
     from kubedl_prefect.serving.render import render_inference_service
     from kubedl_prefect.serving.spec import (
         Canary,

@@ -11,7 +11,9 @@ Ready, the caller sends the same requests to the stable Service and the candidat
 - its error rate (requests without an answer) is at most ``max_error_rate``;
 - every answer of the candidate is finite numbers;
 - with ``max_difference`` set, each candidate answer is within it of the stable model's answer
-  to the same request (element by element, same shape): a candidate may differ, not go wild.
+  to the same request (element by element, same shape): a candidate may differ, not go wild;
+  a request the stable model failed is not compared, and one answer of the stable model at
+  least is needed.
 
 Promote: deploy the candidate as the stable model without a canary. Roll back: deploy the stable
 model without a canary and restore the registry alias. Pure.
@@ -122,6 +124,14 @@ def canary_verdict(
             False,
             f"{len(stable)} stable answers for {requests} candidate requests: not the same "
             "requests",
+            requests,
+            errors,
+        )
+    if answered and all(stable[index] is None for index, _ in answered):
+        return CanaryVerdict(
+            False,
+            f"the stable model answered none of the {len(answered)} requests the candidate "
+            "answered: nothing to compare the candidate with",
             requests,
             errors,
         )

@@ -11,9 +11,10 @@ Read from the InferenceService and its pods (labelled ``serving.kserve.io/infere
 - **ready**: the ``Ready`` condition is True (it aggregates ``PredictorReady`` and
   ``IngressReady``), the model status agrees (its target state ``Loaded``, its transition
   ``UpToDate``, when KServe reports one), the rollout is over: every pod of the current
-  predictor (the pods carrying the spec's ``predictor.labels``) is Ready, and one at least;
-  and every canary of ``spec.canary`` is Ready in ``status.canaryStatuses`` (``Ready`` leaves
-  them out);
+  predictor (the pods carrying the spec's ``predictor.labels`` and the stable predictor's
+  ``app`` label) is Ready, and one at least; and every canary of ``spec.canary`` is Ready in
+  ``status.canaryStatuses`` (``Ready`` leaves them out), and so is every pod of it that carries
+  its labels, one at least;
 - **pending** otherwise, with the most telling reason (a condition's, the model status', a
   pod's).
 
@@ -192,24 +193,50 @@ def _is_ready(pod: KubeObject) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def predictor_app(isvc: KubeObject, predictor: str | None = None) -> str:
+    """The ``app`` label of the pods of a predictor's Deployment (Standard mode).
+
+    KServe labels them ``isvc.<service>-predictor``, a canary's ``isvc.<service>-<canary
+    name>-predictor`` (its ``predictor.name``), and selects them so in the predictor's Service.
+
+    Example:
+        >>> predictor_app({"metadata": {"name": "fraud"}}, "canary")
+        'isvc.fraud-canary-predictor'
+    """
+    name = str((isvc.get("metadata") or {}).get("name") or "")
+    return f"isvc.{name}-{predictor}-predictor" if predictor else f"isvc.{name}-predictor"
+
+
+def _current(pods: Sequence[KubeObject], wanted: dict[str, Any], app: str) -> list[KubeObject]:
+    """The pods of one predictor carrying the ``wanted`` labels, but those being deleted.
+
+    A pod of another predictor (another ``app`` label) does not count; one without the label
+    does.
+    """
+    found = []
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        if metadata.get("deletionTimestamp") or labels.get("app", app) != app:
+            continue
+        if all(labels.get(k) == v for k, v in wanted.items()):
+            found.append(pod)
+    return found
+
+
 def _rollout(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | None:
     """Why the current predictor's pods are not all Ready yet, if they are not.
 
     Pods of the current spec carry its ``predictor.labels`` (KServe copies them to the pod
-    template); pods being deleted do not count. Without pods to look at (``[]``), nothing is
-    said.
+    template) and the stable predictor's ``app`` label (a canary's pods carry their own, and
+    may carry the same model version: a promoted candidate's); pods being deleted do not count.
+    Without pods to look at (``[]``), nothing is said.
     """
     if not pods:
         return None
-    wanted = ((isvc.get("spec") or {}).get("predictor") or {}).get("labels") or {}
-    current = [
-        p
-        for p in pods
-        if not (p.get("metadata") or {}).get("deletionTimestamp")
-        and all(
-            ((p.get("metadata") or {}).get("labels") or {}).get(k) == v for k, v in wanted.items()
-        )
-    ]
+    predictor = (isvc.get("spec") or {}).get("predictor") or {}
+    wanted = predictor.get("labels") or {}
+    current = _current(pods, wanted, predictor_app(isvc, predictor.get("name")))
     ready = sum(1 for p in current if _is_ready(p))
     if current and ready == len(current):
         return None
@@ -220,16 +247,28 @@ def _rollout(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | 
     return "RollingOut", message
 
 
-def _canaries_waiting(isvc: KubeObject) -> tuple[str, str] | None:
+def _canaries_waiting(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | None:
     """Why a canary of the spec (``spec.canary[]``) is not Ready yet, if one is not.
 
-    KServe's ``Ready`` does not include its canaries: their state is ``status.canaryStatuses``.
+    KServe's ``Ready`` does not include its canaries: their state is ``status.canaryStatuses``,
+    whose ``ready`` only says that the canary's Deployment has an available replica (an earlier
+    candidate's, while a changed canary rolls out). So, with ``pods``, every pod of the canary
+    carrying its labels must be Ready too, and one at least.
     """
+    stable = ((isvc.get("spec") or {}).get("predictor") or {}).get("labels") or {}
     for entry in (isvc.get("spec") or {}).get("canary") or []:
-        name = str((entry.get("predictor") or {}).get("name") or "")
+        predictor = entry.get("predictor") or {}
+        name = str(predictor.get("name") or "")
         ready, message = canary_state(isvc, name)
         if not ready:
             return "CanaryNotReady", message
+        if not pods:
+            continue
+        wanted = {**stable, **(predictor.get("labels") or {})}
+        current = _current(pods, wanted, predictor_app(isvc, name))
+        up = sum(1 for p in current if _is_ready(p))
+        if not current or up < len(current):
+            return "CanaryNotReady", f"{up} of {len(current)} pods of {name} are Ready"
     return None
 
 
@@ -277,7 +316,7 @@ def readiness(
     if failure is not None:
         return Readiness(ServingState.FAILED, failure[0], failure[1], url, runtime)
     if ready.get("status") == "True":
-        waiting = _model_not_loaded(isvc) or _rollout(isvc, pods) or _canaries_waiting(isvc)
+        waiting = _model_not_loaded(isvc) or _rollout(isvc, pods) or _canaries_waiting(isvc, pods)
         if waiting is not None:
             return Readiness(ServingState.PENDING, waiting[0], waiting[1], url, runtime)
         return Readiness(

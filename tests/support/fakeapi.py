@@ -27,10 +27,13 @@ request                behaviour
                        :attr:`FakeKubeAPI.bookmark_interval_s`; ``timeoutSeconds`` ends the
                        stream cleanly; selectors apply, and an object that starts or stops
                        matching arrives as ``ADDED``/``DELETED``, as from the watch cache.
-``PATCH``              merge patch (``application/merge-patch+json``; strategic merge patch is
-                       treated as a merge patch) and JSON patch; on the object (status changes
-                       ignored, ``generation`` bumped when anything but metadata and status
-                       changed) or on ``/status`` (only status changes kept); a
+``PATCH``              server-side apply (``application/apply-patch+yaml``, JSON body) by one
+                       manager: creates a missing object, else the body's labels, annotations
+                       and top-level fields replace the stored ones (status kept); no field
+                       ownership. Merge patch (``application/merge-patch+json``; strategic
+                       merge patch is treated as a merge patch) and JSON patch; on the object
+                       (status changes ignored, ``generation`` bumped when anything but
+                       metadata and status changed) or on ``/status`` (only status changes kept); a
                        ``metadata.resourceVersion`` in the patch is a precondition (409
                        ``Conflict``); a patch that changes nothing changes no version.
 ``PUT``                update (replace), with the same rules.
@@ -751,6 +754,36 @@ class ObjectStore:
                 raise self._conflict(resource, name)
             return self._update(resource, old, copy.deepcopy(body), subresource, keep_status)
 
+    def apply_object(
+        self, resource: Resource, namespace: str | None, name: str, body: Any
+    ) -> KubeObject:
+        """Server-side apply by one field manager: the stored object (not a copy).
+
+        Creates the object when it is missing; otherwise its labels, annotations and every
+        top-level field but ``status`` become the body's (what the body leaves out is removed,
+        as a manager's own fields are). One manager only: no field ownership, no conflicts.
+        """
+        if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
+            raise _bad_request("an applied configuration is a JSON object with metadata")
+        if body["metadata"].get("name") not in (None, name):
+            raise _bad_request("the name of the object does not match the name on the URL")
+        with self._lock:
+            old = self._find(resource, namespace, name)
+            if old is None:
+                return self.create_object(
+                    resource, namespace, {**body, "metadata": {**body["metadata"], "name": name}}
+                )
+            new = {k: copy.deepcopy(v) for k, v in body.items() if k not in ("metadata", "status")}
+            if "status" in old:
+                new["status"] = copy.deepcopy(old["status"])
+            metadata = copy.deepcopy(old["metadata"])
+            for key in ("labels", "annotations"):
+                metadata.pop(key, None)
+                if body["metadata"].get(key):
+                    metadata[key] = copy.deepcopy(body["metadata"][key])
+            new["metadata"] = metadata
+            return self._update(resource, old, new, None, keep_status=True)
+
     def patch_object(
         self,
         resource: Resource,
@@ -1443,6 +1476,10 @@ class FakeKubeAPI:
                 patch_type: Literal["merge", "json"] = "merge"
             elif content_type == "application/json-patch+json":
                 patch_type = "json"
+            elif content_type == "application/apply-patch+yaml" and subresource is None:
+                return web.json_response(
+                    self.store.apply_object(resource, namespace, name or "", body)
+                )
             else:
                 raise StatusError(
                     415,

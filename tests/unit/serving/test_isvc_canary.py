@@ -67,3 +67,44 @@ def test_a_candidate_is_rolled_back_on_each_documented_failure() -> None:
     # Without max_difference, answers are not compared with the stable model's.
     loose = CanaryCheck(min_requests=4)
     assert canary_verdict([], [[9.0], [9.0], [9.0], [9.0]], loose).promote
+
+
+def predictor_pod(app: str, version: str, *, ready: bool) -> dict[str, Any]:
+    """A pod of a predictor's Deployment, labelled as KServe labels it."""
+    return {
+        "metadata": {
+            "name": f"{app}-{version}",
+            "labels": {
+                "app": app,
+                "serving.kserve.io/inferenceservice": "fraud",
+                "kubedl-prefect.io/model-version": version,
+            },
+        },
+        "status": {"conditions": [{"type": "Ready", "status": str(ready)}]},
+    }
+
+
+def test_a_canarys_pods_are_not_the_stable_predictors_and_must_be_ready_themselves() -> None:
+    version = {"kubedl-prefect.io/model-version": "2"}
+    # Promoted: version 2 is the stable model now; the canary's pod of version 2 (ready, not
+    # yet deleted) is no pod of the stable predictor, whose own pod is not Ready yet.
+    promoted = dict(STANDARD_READY, spec={"predictor": {"labels": version}})
+    canary_pod = predictor_pod("isvc.fraud-canary-predictor", "2", ready=True)
+    stable_pod = predictor_pod("isvc.fraud-predictor", "2", ready=False)
+    rolling = readiness(promoted, [canary_pod, stable_pod])
+    assert (rolling.state, rolling.reason) == (ServingState.PENDING, "RollingOut")
+    assert rolling.message.startswith("0 of 1 pods of the current predictor are Ready")
+    # A canary KServe reports ready (an available replica: an earlier candidate's) whose pod
+    # of the new candidate is not Ready yet.
+    obj = with_canary(True)
+    obj["spec"]["predictor"] = {"labels": {"kubedl-prefect.io/model-version": "1"}}
+    obj["spec"]["canary"][0]["predictor"]["labels"] = version
+    stable = predictor_pod("isvc.fraud-predictor", "1", ready=True)
+    earlier = predictor_pod("isvc.fraud-canary-predictor", "3", ready=True)
+    starting = predictor_pod("isvc.fraud-canary-predictor", "2", ready=False)
+    waiting = readiness(obj, [stable, earlier, starting])
+    assert (waiting.state, waiting.reason) == (ServingState.PENDING, "CanaryNotReady")
+    assert waiting.message == "0 of 1 pods of canary are Ready"
+    assert readiness(obj, [stable, earlier]).message == "0 of 0 pods of canary are Ready"
+    up = predictor_pod("isvc.fraud-canary-predictor", "2", ready=True)
+    assert readiness(obj, [stable, up]).state is ServingState.READY

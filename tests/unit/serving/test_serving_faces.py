@@ -34,6 +34,7 @@ def test_every_async_method_has_a_sync_twin_with_the_same_signature() -> None:
         "kubedl_prefect.serving.render",
         "kubedl_prefect.serving.readiness",
         "kubedl_prefect.serving.deploy",
+        "kubedl_prefect.serving.release",
     ],
 )
 def test_docstring_examples_run(module: str) -> None:
