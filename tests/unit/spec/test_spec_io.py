@@ -5,10 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from spec_helpers import EXAMPLES, minimal
 
 from kubedl_prefect.errors import SpecError
-from kubedl_prefect.spec import dump_spec, load_spec, loads_spec, parse_spec, spec_to_data
+from kubedl_prefect.spec import (
+    dump_manifests,
+    dump_spec,
+    dump_yaml,
+    load_spec,
+    loads_spec,
+    parse_spec,
+    spec_to_data,
+)
 
 
 def test_problems_carry_the_line_of_the_field() -> None:
@@ -90,3 +99,28 @@ def test_dump_uses_the_count_shorthand_and_leaves_defaults_out() -> None:
     assert data["replicas"] == {"master": 1, "worker": {"count": 2, "restartPolicy": "Never"}}
     assert "cleanPodPolicy" not in data
     assert list(data)[:4] == ["apiVersion", "kind", "name", "framework"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "smile \U0001f600",
+        "a\x85b",
+        "a\u2028b",
+        "a\u2029b",
+        "é ☃ \t tab",
+        "two\nlines\n",
+        "'quoted'",
+    ],
+)
+def test_dumped_strings_read_back_as_they_were(text: str) -> None:
+    # libyaml's emitter escapes what PyYAML's wrote raw or folded (the spec.io docstring).
+    data = {"value": text, "list": [text, {"nested": text}], text: "as a key"}
+    assert yaml.safe_load(dump_yaml(data)) == data
+    assert list(yaml.safe_load_all(dump_manifests([data, data]))) == [data, data]
+
+
+def test_dumped_text_escapes_what_a_reader_could_misread() -> None:
+    assert dump_yaml({"smile": "\U0001f600", "nel": "a\x85b"}) == (
+        'smile: "\\U0001F600"\nnel: "a\\Nb"\n'
+    )
