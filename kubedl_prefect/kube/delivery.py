@@ -86,11 +86,19 @@ class _Stop:
         self.future: asyncio.Future[None] = loop.create_future()
 
     def done(self) -> None:
+        """Tell the drainer; nobody to tell when its loop has closed (it gave up waiting).
+
+        Every item before this one was delivered either way: a drain that was cancelled, or
+        whose loop ended (``asyncio.run`` returned, the process shuts its runtime down) while
+        the callback still ran, only loses the news that it is done.
+        """
+
         def resolve() -> None:
             if not self.future.done():
                 self.future.set_result(None)
 
-        self.loop.call_soon_threadsafe(resolve)
+        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
+            self.loop.call_soon_threadsafe(resolve)
 
 
 @contextlib.asynccontextmanager

@@ -52,3 +52,35 @@ async def test_none_stays_none_and_an_unused_thread_is_never_started() -> None:
     thread = CallbackThread(print)
     await thread.drain()
     assert thread.delivered == 0
+
+
+def test_a_drain_given_up_before_its_loop_closed_still_delivers_all_and_raises_nowhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A wait cancelled (or a process's loop closed) while its callback thread is still busy:
+    # the thread must deliver every queued item and end quietly, not die with "Event loop is
+    # closed" when it tells the drainer's closed loop it is done.
+    errors: list[object] = []
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    release = threading.Event()
+    seen: list[int] = []
+
+    def callback(n: int) -> None:
+        release.wait(10)
+        seen.append(n)
+
+    thread: CallbackThread[int] = CallbackThread(callback, "given-up")
+
+    async def drain_then_give_up() -> None:
+        for n in range(3):
+            thread(n)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(thread.drain(), 0.2)
+
+    asyncio.run(drain_then_give_up())  # its loop is closed now; the thread is still busy
+    (worker,) = [t for t in threading.enumerate() if t.name == "given-up"]
+    release.set()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert seen == [0, 1, 2]
+    assert errors == []
