@@ -50,8 +50,9 @@ from kubedl_prefect.spec import Dialect, Framework, job_resource, parse_spec
 from kubedl_prefect.spec.handoff import Handoff, TrackingCredentials, with_handoff
 from kubedl_prefect.testbed.nodeagent.component import bed_network
 from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
-from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES, STORAGE_CLASS
+from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.integration.process_node.conftest import NewClaim
 from tests.support.mlflow_server import MlflowServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
@@ -129,21 +130,12 @@ async def test_the_ddp_example_trains_resumes_after_a_kill_and_logs_to_mlflow(
     process_node: Testbed,
     pod_mlflow: MlflowServer,
     admin_kubeconfig: Path,
+    new_claim: NewClaim,
 ) -> None:
     from mlflow.tracking import MlflowClient
 
     started = time.monotonic()
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "ddp-checkpoints"},
-        "spec": {
-            "storageClassName": STORAGE_CLASS,
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": "256Mi"}},
-        },
-    }
-    await kube.create(PERSISTENT_VOLUME_CLAIMS, namespace, claim)
+    await new_claim("ddp-checkpoints")
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -249,21 +241,12 @@ async def test_the_ddp_example_trains_under_trainer_v2_with_torchrun(
     process_node: Testbed,
     pod_mlflow: MlflowServer,
     admin_kubeconfig: Path,
+    new_claim: NewClaim,
 ) -> None:
     """The same example as a TrainJob of three nodes: Trainer's PET_* variables, torchrun."""
     from mlflow.tracking import MlflowClient
 
-    claim = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "ddp-checkpoints"},
-        "spec": {
-            "storageClassName": STORAGE_CLASS,
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": "256Mi"}},
-        },
-    }
-    await kube.create(PERSISTENT_VOLUME_CLAIMS, namespace, claim)
+    await new_claim("ddp-checkpoints")
     client = MlflowClient(pod_mlflow.url)
     experiment_id = client.create_experiment(f"ddp-trainer-{namespace}")
     run_id = client.create_run(experiment_id, run_name="ddp-trainer").info.run_id

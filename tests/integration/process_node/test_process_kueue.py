@@ -44,8 +44,9 @@ from kubedl_prefect.lifecycle.status import Phase
 from kubedl_prefect.spec import Dialect, parse_spec
 from kubedl_prefect.testbed import kueue
 from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
-from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES, STORAGE_CLASS
+from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.integration.process_node.conftest import NewClaim
 
 pytestmark = [
     pytest.mark.integration,
@@ -189,22 +190,10 @@ async def test_a_preempted_ddp_job_is_requeued_and_resumes_from_its_checkpoint(
     process_node: Testbed,
     process_queue: str,
     admin_kubeconfig: Path,
+    new_claim: NewClaim,
 ) -> None:
     started = time.monotonic()
-    await kube.create(
-        PERSISTENT_VOLUME_CLAIMS,
-        namespace,
-        {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": CLAIM},
-            "spec": {
-                "storageClassName": STORAGE_CLASS,
-                "accessModes": ["ReadWriteMany"],
-                "resources": {"requests": {"storage": "256Mi"}},
-            },
-        },
-    )
+    await new_claim(CLAIM)
     backend = KubernetesBackend(
         namespace=namespace, dialect=dialect, kubeconfig=str(admin_kubeconfig)
     )

@@ -22,28 +22,14 @@ from kubedl_prefect.testbed.nodeagent.node import AgentPaths
 from kubedl_prefect.testbed.nodeagent.provisioner import (
     PERSISTENT_VOLUMES,
     PROVISIONER,
-    STORAGE_CLASS,
 )
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.integration.process_node.conftest import NewClaim
 from tests.integration.process_node.test_process_pods import log_of, phase_is, pod, wait_pod
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 Obj = dict[str, Any]
-
-
-def claim(name: str, *, access: str = "ReadWriteMany") -> Obj:
-    """A claim of the test bed's StorageClass."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "storageClassName": STORAGE_CLASS,
-            "accessModes": [access],
-            "resources": {"requests": {"storage": "64Mi"}},
-        },
-    }
 
 
 async def until(what: str, check: Any, within_s: float = 30.0) -> Any:
@@ -60,9 +46,9 @@ async def until(what: str, check: Any, within_s: float = 30.0) -> Any:
 
 
 async def test_a_claim_is_provisioned_bound_mounted_shared_and_reclaimed(
-    kube: KubeClient, namespace: str, process_node: Testbed
+    kube: KubeClient, namespace: str, process_node: Testbed, new_claim: NewClaim
 ) -> None:
-    await kube.create(PERSISTENT_VOLUME_CLAIMS, namespace, claim("data"))
+    await new_claim("data", storage="64Mi")
 
     async def bound() -> Obj | None:
         found = await kube.get(PERSISTENT_VOLUME_CLAIMS, namespace, "data")
