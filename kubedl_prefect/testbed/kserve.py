@@ -26,7 +26,9 @@ Its webhooks are **registered** once it runs (:func:`kserve_webhooks`, written b
 :func:`install_after_start`): upstream's ``config/webhook/manifests.yaml``, pointed at the
 loopback port by URL with the test bed's CA, ``failurePolicy: Fail`` as shipped. So what the API
 server accepts is what a cluster with KServe accepts: InferenceServices go through KServe's
-defaulter (default resources, the ``serving.kserve.io/model-format`` annotation) and validator,
+defaulter (the ``serving.kserve.io/model-format`` annotation; a ``model`` predictor's resources
+are left as given, ``{}`` when none: only the old framework predictors get the ConfigMap's
+default resources) and validator,
 runtimes through theirs, and every pod labelled ``serving.kserve.io/inferenceservice`` through the
 pod mutator, which injects the ``storage-initializer`` init container, the
 ``kserve-provision-location`` volume and ``/mnt/models`` for a ``storageUri``. While the
@@ -124,7 +126,8 @@ def inferenceservice_config() -> dict[str, str]:
     :data:`CONFIG_OVERRIDES` merged over it. The controller parses ``deploy``, ``ingress`` and
     ``storageInitializer`` (whose four quantities Standard mode reads on every reconcile); the
     webhooks the rest: the pod mutator refuses pods without ``agent``, ``logger`` and
-    ``batcher`` quantities, the defaulter sets ``inferenceService``'s default resources.
+    ``batcher`` quantities, the defaulter gives ``inferenceService``'s default resources to the
+    old framework predictors (``sklearn:``, ``pytorch:``...), not to a ``model:`` predictor.
 
     Raises:
         TestbedError: The module's ConfigMap changed shape (no data, a value not JSON).

@@ -46,11 +46,11 @@ RBAC = Path(__file__).parents[2] / "deploy" / "rbac.yaml"
 UNSUPPORTED: dict[str, Any] = {"model_format": "keras"}
 #: A predictor no node can hold (each node has 8 GPUs): its pods stay Pending.
 UNSCHEDULABLE: dict[str, Any] = {"resources": ServingResources(gpus=64)}
-#: What KServe's defaulter gives a model without resources (its ConfigMap's inferenceService).
-KSERVE_DEFAULT_RESOURCES = {
-    "limits": {"cpu": "1", "memory": "2Gi"},
-    "requests": {"cpu": "1", "memory": "2Gi"},
-}
+#: What KServe's defaulter (v0.20) leaves in a model that names no resources: not its
+#: ConfigMap's default resources (``ModelSpec.Default`` does nothing; only the old
+#: framework predictors get them), but the zero ``ResourceRequirements`` of its Go type, which
+#: its answer (a JSON patch from the object it decoded and encoded again) writes as ``{}``.
+KSERVE_NO_RESOURCES: dict[str, Any] = {}
 SERVING_RULE = {
     "apiGroups": ["serving.kserve.io"],
     "resources": ["inferenceservices"],
@@ -241,12 +241,11 @@ async def test_a_version_no_runtime_supports_is_rolled_back_with_kserves_reason(
     annotations = obj["metadata"]["annotations"]
     assert annotations["kubedl-prefect.io/model-uri"] == "models:/fraud/1"
     assert ANNOTATION_PREVIOUS not in annotations
-    # What we applied, but for what KServe's own defaulter (registered, as on a cluster) may
-    # add: its ConfigMap's default resources for a model that names none (after the restore's
-    # apply the server may have dropped them again: `{}`), and the container's empty name.
+    # What we applied, but for what KServe's own defaulter (registered, as on a cluster)
+    # writes into a model that names no resources (empty ones) and the container's empty name.
     spec = copy.deepcopy(obj["spec"])
     model = spec["predictor"]["model"]
-    assert model.pop("resources", {}) in ({}, KSERVE_DEFAULT_RESOURCES)
+    assert model.pop("resources") == KSERVE_NO_RESOURCES
     assert model.pop("name", "") == ""
     assert json.loads(annotations[ANNOTATION_APPLIED])["spec"] == spec
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
@@ -271,8 +270,8 @@ async def test_a_rollout_that_never_completes_times_out_and_rolls_back(
     obj = await live(deployer)
     assert obj is not None
     assert obj["spec"]["predictor"]["model"]["storageUri"].endswith("/m-1/artifacts")
-    # The restored spec names no resources: at most KServe's defaults, no GPUs.
-    assert obj["spec"]["predictor"]["model"].get("resources", {}) in ({}, KSERVE_DEFAULT_RESOURCES)
+    # The restored spec names no resources (no GPUs): KServe's defaulter leaves them empty.
+    assert obj["spec"]["predictor"]["model"]["resources"] == KSERVE_NO_RESOURCES
 
 
 async def test_a_first_deployment_that_fails_leaves_nothing_behind(
