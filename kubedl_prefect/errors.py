@@ -506,6 +506,8 @@ class JobFailedError(KubeDLPrefectError):
     Args:
         diagnosis: The lifecycle's diagnosis of the failure (category, replica, exit code).
         attempts: How many attempts were made before giving up.
+        ref: The failed attempt's job reference as plain data (``JobRef.to_dict()``; read it
+            back with ``JobRef.from_dict``), when one was made: where its pods are.
     """
 
     def __init__(
@@ -516,10 +518,12 @@ class JobFailedError(KubeDLPrefectError):
         retryable: bool | None = None,
         diagnosis: Diagnosis | None = None,
         attempts: int = 1,
+        ref: Mapping[str, str | int] | None = None,
     ):
         super().__init__(message, hint=hint, retryable=retryable)
         self.diagnosis = diagnosis
         self.attempts = attempts
+        self.ref: dict[str, str | int] | None = None if ref is None else dict(ref)
 
 
 class ReplicaFunctionError(JobFailedError):
@@ -546,9 +550,15 @@ class ReplicaFunctionError(JobFailedError):
         retryable: bool | None = None,
         diagnosis: Diagnosis | None = None,
         attempts: int = 1,
+        ref: Mapping[str, str | int] | None = None,
     ):
         super().__init__(
-            message, hint=hint, retryable=retryable, diagnosis=diagnosis, attempts=attempts
+            message,
+            hint=hint,
+            retryable=retryable,
+            diagnosis=diagnosis,
+            attempts=attempts,
+            ref=ref,
         )
         self.replica = replica
         self.rank = rank

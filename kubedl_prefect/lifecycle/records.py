@@ -244,6 +244,7 @@ def recorded_failure(job: str, ended: AttemptRecord) -> JobFailedError:
         retryable=diagnosis.retryable if diagnosis is not None else False,
         diagnosis=diagnosis,
         attempts=ended.attempt,
+        ref=ended.ref,
     )
 
 

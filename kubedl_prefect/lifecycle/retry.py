@@ -16,7 +16,7 @@ recorded permanent failure without training again, and resumes at the latest att
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -114,7 +114,7 @@ async def arun_to_completion(
             on_attempt(ref)
         return JobOutcome(ref, previous.status(), None, replayed=True)
     if step.action == "failed" and previous is not None:
-        raise _gave_up(spec, key, previous.attempt, previous.diagnosis, previous)
+        raise _gave_up(spec, key, previous.attempt, previous.diagnosis, previous, previous.ref)
     attempt = step.attempt
     while True:
         ref = await backend.submit(spec, key=key, attempt=attempt)
@@ -125,7 +125,7 @@ async def arun_to_completion(
             return outcome
         diagnosis = outcome.diagnosis
         if diagnosis is None or not diagnosis.retryable or attempt >= retry.max_attempts:
-            raise _gave_up(spec, key, attempt, diagnosis, None)
+            raise _gave_up(spec, key, attempt, diagnosis, None, outcome.ref.to_dict())
         await asyncio.sleep(retry.delay_s(attempt))
         attempt += 1
 
@@ -174,7 +174,9 @@ def _gave_up(
     attempt: int,
     diagnosis: Diagnosis | None,
     recorded: AttemptRecord | None,
+    ref: Mapping[str, Any] | None,
 ) -> JobFailedError:
+    """The failure that ends the logical job, carrying the failed attempt's reference."""
     if diagnosis is None:
         why, hint = "with no diagnosis", None
         summary = (recorded.message if recorded is not None else "") or "unknown cause"
@@ -188,4 +190,5 @@ def _gave_up(
         retryable=False,
         diagnosis=diagnosis,
         attempts=attempt,
+        ref=ref,
     )

@@ -429,7 +429,9 @@ class DistributedFunction:
         errors = replica_errors(pods, self.container_name)
         if errors:  # a PyTorch job succeeds with its master, whatever a worker did
             failed = JobFailedError(
-                f"function task {self.spec_name!r}: a replica's function raised", retryable=False
+                f"function task {self.spec_name!r}: a replica's function raised",
+                retryable=False,
+                ref=ref.to_dict(),
             )
             raise self._replica_error(failed, None, errors)
         pod, message = rank_zero_message(pods, self.container_name)
@@ -447,6 +449,7 @@ class DistributedFunction:
             failed = JobFailedError(
                 f"function task {self.spec_name!r}: rank 0's value could not be sent",
                 retryable=False,
+                ref=ref.to_dict(),
             )
             raise self._replica_error(failed, None, [read.error])
         return read.result
@@ -456,22 +459,26 @@ class DistributedFunction:
     ) -> list[ReplicaError]:
         """The error records in the termination messages of the failed attempt's pods.
 
-        Empty when the cluster cannot be read: the job's own failure is raised then.
+        The attempt is the one ``exc`` names (:attr:`JobFailedError.ref`). Empty when it names
+        none (nothing was submitted) or the cluster cannot be read: the job's own failure is
+        raised then.
         """
-        from kubedl_prefect.spec.naming import job_name
+        from kubedl_prefect.lifecycle.backend import JobRef
 
         cluster = job.cluster
-        if not isinstance(cluster, KubernetesCluster):
+        if not isinstance(cluster, KubernetesCluster) or exc.ref is None:
             return []
-        name = job_name(job.training_spec().name, key, max(exc.attempts, 1))
+        where = f"the failed attempt of {key!r}"
         try:
-            pods = await _job_pods(cluster, job.resolved_namespace(), job.dialect, name)
+            ref = JobRef.from_dict(exc.ref)
+            where = f"{ref.namespace}/{ref.name}"
+            pods = await _job_pods(cluster, ref.namespace, ref.dialect, ref.name)
         except KubeDLPrefectError as error:
             get_run_logger().warning(
                 "function task %s: the pods of %s could not be read for the failed replica's "
                 "error: %s",
                 self.spec_name,
-                name,
+                where,
                 error.message,
             )
             return []
@@ -520,6 +527,7 @@ class DistributedFunction:
             retryable=exc.retryable,
             diagnosis=diagnosis,
             attempts=exc.attempts,
+            ref=exc.ref,
         )
 
 

@@ -423,6 +423,7 @@ class TrainingJobRun(JobRun[TrainingResult]):
                 retryable=False,
                 diagnosis=previous.diagnosis,
                 attempts=previous.attempt,
+                ref=previous.ref,
             )
         await self._finish(outcome, error)
         if error is not None:

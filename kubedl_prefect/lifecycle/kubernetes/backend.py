@@ -713,6 +713,7 @@ class KubernetesBackend:
             hint=diagnosis.hint,
             retryable=diagnosis.retryable,
             diagnosis=diagnosis,
+            ref=view.ref.to_dict(),
         )
 
     async def follow_logs(self, ref: JobRef, on_line: LogCallback) -> None:
@@ -1013,6 +1014,7 @@ def _never_starts(ref: JobRef, diagnosis: Diagnosis) -> JobFailedError:
         retryable=False,
         diagnosis=diagnosis,
         attempts=ref.attempt,
+        ref=ref.to_dict(),
     )
 
 

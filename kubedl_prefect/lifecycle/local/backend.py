@@ -1056,6 +1056,7 @@ def _failed(ref: JobRef, diagnosis: Diagnosis) -> JobFailedError:
         hint=diagnosis.hint,
         retryable=diagnosis.retryable,
         diagnosis=diagnosis,
+        ref=ref.to_dict(),
     )
 
 

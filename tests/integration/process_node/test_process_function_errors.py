@@ -19,6 +19,7 @@ from prefect import flow
 from kubedl_prefect.errors import ReplicaFunctionError
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.resources import PODS
+from kubedl_prefect.lifecycle.backend import JobRef
 from kubedl_prefect.prefect import KubernetesCluster, current_replica, distributed_task
 from kubedl_prefect.prefect.replica import read_termination_message
 from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
@@ -78,6 +79,11 @@ async def test_a_function_that_raises_on_a_pod_fails_the_task_naming_its_replica
     # What the task read: the failed worker pod's termination message, as the agent reported it.
     pods = (await kube.list(PODS, namespace)).items
     (worker,) = [p for p in pods if p["metadata"]["name"].endswith("-worker-0")]
+    # The error names the failed attempt's job, whose pods the task read.
+    assert error.ref is not None
+    failed = JobRef.from_dict(error.ref)
+    assert (failed.namespace, failed.attempt) == (namespace, 1)
+    assert worker["metadata"]["name"] == f"{failed.name}-worker-0"
     (status,) = worker["status"]["containerStatuses"]
     terminated = status["state"]["terminated"]
     assert terminated["exitCode"] == 1

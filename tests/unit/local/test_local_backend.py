@@ -489,3 +489,22 @@ def test_the_library_never_imports_torch_or_the_example_program() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert loaded.stdout.strip() == "[]"
+
+
+async def test_a_job_that_failed_for_good_names_its_failed_attempt_live_and_replayed(
+    backend: LocalBackend, replica_spec: SpecFactory
+) -> None:
+    # What reads the failed attempt's pods (a function task's replica errors) finds them by
+    # this reference, not by rebuilding the job's name.
+    spec = replica_spec("exit", workers=0, REPLICA_WHO="master-0", REPLICA_EXIT=2)
+    attempts: list[JobRef] = []
+    with pytest.raises(JobFailedError) as live:
+        await arun_to_completion(
+            backend, spec, key="bad", retry=FAST_RETRY, on_attempt=attempts.append
+        )
+    (failed,) = attempts
+    assert live.value.ref == failed.to_dict()
+    assert JobRef.from_dict(live.value.ref) == failed
+    with pytest.raises(JobFailedError, match="recorded") as replayed:
+        await arun_to_completion(backend, spec, key="bad", retry=FAST_RETRY)
+    assert replayed.value.ref == failed.to_dict()
