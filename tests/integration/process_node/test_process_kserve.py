@@ -13,7 +13,14 @@ MLServer's own error read from the pod's log, restores the previous spec and the
 and the previous version still answers.
 
 Measured on the shared 2-core machine at load 11-14: 450 s (MLServer starts once for version 1,
-four times for version 2 before CrashLoopBackOff counts as failed), plus 96 s of set-up.
+four times for version 2 before CrashLoopBackOff counts as failed), plus 96 s of set-up; at load
+5-6: 154 s, plus 59 s of set-up.
+
+The canary runs on real pods too (:func:`~kubedl_prefect.serving.arun_canary`): a candidate
+next to the champion in KServe's ``<name>-canary-predictor`` Deployment, the same requests
+through both Services' forwarders, a candidate that answers as the champion does promoted and
+one whose answers differ rolled back (the champion alone again, the alias restored, still
+answering). 268-287 s at load 5-6 (MLServer starts about six times).
 """
 
 from __future__ import annotations
@@ -36,13 +43,17 @@ from kubedl_prefect.kube.resources import INFERENCE_SERVICES, PODS, ResourceKind
 from kubedl_prefect.registry import GatePolicy, ModelRegistry
 from kubedl_prefect.serving import (
     Canary,
+    CanaryCheck,
     InferenceServiceDeployer,
+    InferenceServiceEvent,
     InferenceServiceSpec,
     ModelLink,
     ServingResources,
+    arun_canary,
 )
 from kubedl_prefect.serving.local import install_server_environment, v2_request
 from kubedl_prefect.spec import Toleration
+from kubedl_prefect.testbed.nodeagent.forwarder import service_address
 from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.process_node.test_process_services import forwarded
@@ -69,7 +80,7 @@ ON_THE_PROCESS_NODE: dict[str, Any] = {
 @dataclass(frozen=True)
 class Versions:
     """A registered model: version 1 serves (its logits of POINTS), version 2 cannot load,
-    version 3 serves other numbers (its logits)."""
+    version 3 serves other numbers (its logits), version 4 is version 1's network again."""
 
     model: str
     logits: list[list[float]]
@@ -78,7 +89,7 @@ class Versions:
 
 @pytest.fixture
 def versions(torch_installed: None, mlflow_server: MlflowServer) -> Versions:
-    """Three versions of a model of its own in the tracking server, each run with an
+    """Four versions of a model of its own in the tracking server, each run with an
     ``accuracy`` (each test moves its alias)."""
     import mlflow
     import torch
@@ -128,6 +139,18 @@ def versions(torch_installed: None, mlflow_server: MlflowServer) -> Versions:
                     other,
                     name="model",
                     signature=infer_signature(example.numpy(), other_logits.numpy()),
+                    serialization_format="pickle",
+                    registered_model_name=model,
+                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
+                )
+            # Version 4: version 1's network again, retrained to a better score (a candidate
+            # that answers as the champion does).
+            with mlflow.start_run(experiment_id=experiment):
+                mlflow.log_metric("accuracy", 0.85)
+                mlflow.pytorch.log_model(
+                    net,
+                    name="model",
+                    signature=infer_signature(example.numpy(), logits.numpy()),
                     serialization_format="pickle",
                     registered_model_name=model,
                     pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
@@ -259,3 +282,92 @@ async def test_kserves_own_predictor_pod_serves_then_a_version_mlserver_cannot_l
     )
     for row, expected in zip(again, versions.logits, strict=True):
         assert row == pytest.approx(expected, abs=1e-5)
+
+
+async def test_a_canary_on_real_pods_is_promoted_when_it_passes_and_rolled_back_when_not(
+    process_node: Testbed,
+    kube: KubeClient,
+    namespace: str,
+    deployer: InferenceServiceDeployer,
+    mlflow_server: MlflowServer,
+    versions: Versions,
+) -> None:
+    registry = ModelRegistry(
+        mlflow_server.url, artifact_destination=mlflow_server.artifact_destination
+    )
+    model = versions.model
+    requests = [[point] for point in POINTS * 4]  # 12 requests of one row each
+    check = CanaryCheck(min_requests=len(requests), max_difference=1e-4)
+
+    def address(name: str) -> str:  # each Service through the process node's forwarder
+        return f"http://{service_address(process_node.layout, namespace, name)}"
+
+    def on_event(event: InferenceServiceEvent) -> None:
+        seen.append(event.event)
+
+    seen: list[str] = []
+    first = await asyncio.to_thread(registry.evaluate, model, "1", POLICY)
+    assert first.promoted
+    await deployer.deploy(service(registry, model, "1"), timeout_s=480)
+
+    # A good candidate: version 4 (version 1's network, a better score) next to version 1.
+    good = await asyncio.to_thread(registry.evaluate, model, "4", POLICY)
+    assert good.promoted
+    outcome = await arun_canary(
+        deployer,
+        service(registry, model, "1", canary="4"),
+        requests,
+        check=check,
+        address=address,
+        timeout_s=480,
+        on_event=on_event,
+        on_rollback=lambda: registry.restore_alias(good),
+    )
+    assert outcome.promoted, outcome.verdict.reason
+    # The same requests went to both predictors' pods, which answered with their own numbers.
+    for answers in (outcome.stable, outcome.candidate):
+        for row, expected in zip(answers, versions.logits * 4, strict=True):
+            assert row == pytest.approx(expected, abs=1e-5)
+    # Deployed with the canary, then the candidate alone (no rollback).
+    assert seen == ["kubedl.inference-service.applied", "kubedl.inference-service.ready"] * 2
+    live = await kube.get(INFERENCE_SERVICES, namespace, "clf")
+    assert not live["spec"].get("canary")
+    assert live["spec"]["predictor"]["model"]["storageUri"] == outcome.serving.storage_uri
+    assert outcome.serving.storage_uri == registry.resolve(f"models:/{model}/4").storage_uri
+    champion = await asyncio.to_thread(registry.resolve, f"models:/{model}@champion")
+    assert champion.version == "4"
+
+    # A bad candidate: version 3 (other weights) passes the gate, but its answers differ from
+    # the champion's by more than max_difference: rolled back, alias restored.
+    bad = await asyncio.to_thread(registry.evaluate, model, "3", POLICY)
+    assert bad.promoted
+    seen.clear()
+    outcome = await arun_canary(
+        deployer,
+        service(registry, model, "4", canary="3"),
+        requests,
+        check=check,
+        address=address,
+        timeout_s=480,
+        on_event=on_event,
+        on_rollback=lambda: registry.restore_alias(bad),
+    )
+    assert not outcome.promoted
+    assert "differ from the stable model's" in outcome.verdict.reason, outcome.verdict.reason
+    for row, expected in zip(outcome.candidate, versions.other_logits * 4, strict=True):
+        assert row == pytest.approx(expected, abs=1e-5)  # the candidate answered, differently
+    live = await kube.get(INFERENCE_SERVICES, namespace, "clf")
+    assert not live["spec"].get("canary")
+    assert live["spec"]["predictor"]["model"]["storageUri"] == champion.storage_uri
+    assert outcome.serving.storage_uri == champion.storage_uri
+    restored = await asyncio.to_thread(registry.resolve, f"models:/{model}@champion")
+    assert restored.version == "4"
+    # The champion still answers, and the candidate's Service is gone.
+    forward = await forwarded(process_node, namespace, "clf-predictor", ready=True)
+    assert forward is not None
+    served = await asyncio.to_thread(
+        predict, f"{forward.url}/v2/models/clf/infer", v2_request(POINTS)
+    )
+    for row, expected in zip(served, versions.logits, strict=True):
+        assert row == pytest.approx(expected, abs=1e-5)
+    await forwarded(process_node, namespace, "clf-canary-predictor", ready=False, within_s=120)
