@@ -11,7 +11,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Annotated
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +20,9 @@ from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed.build import build_times
 from kubedl_prefect.testbed.components import Ports
 from kubedl_prefect.testbed.testbed import Testbed, TestbedStatus
+
+if TYPE_CHECKING:
+    from kubedl_prefect.testbed.nodeagent.forwarder import Forward
 
 app = typer.Typer(
     name="testbed",
@@ -209,12 +213,33 @@ def services(name: NameOption = "default", port_base: PortBaseOption = None) -> 
     if not forwards:
         typer.echo(f"test bed {name}: no Service selects a pod of a process node", err=True)
         raise typer.Exit(1)
-    typer.echo(f"{'SERVICE':<40}{'ADDRESS':<18}  PODS")
+    typer.echo(_format_services(forwards))
+
+
+def _format_services(forwards: Sequence[Forward]) -> str:
+    """The table of ``testbed services``: one row a Service port, columns sized to the content.
+
+    Example:
+        >>> from kubedl_prefect.testbed.nodeagent.forwarder import Forward, ServicePort
+        >>> print(_format_services([
+        ...     Forward(ServicePort("ml", "tiny-predictor", 80), "127.0.0.1:41873",
+        ...             ("169.254.124.3:8080",)),
+        ...     Forward(ServicePort("ml", "x", 8080), "127.0.0.1:5", ())]))
+        SERVICE               ADDRESS          PODS
+        ml/tiny-predictor:80  127.0.0.1:41873  169.254.124.3:8080
+        ml/x:8080             127.0.0.1:5      (none ready)
+    """
+    rows = [("SERVICE", "ADDRESS", "PODS")]
     for forward in forwards:
         key = forward.port
         where = f"{key.namespace}/{key.service}:{key.port}"
-        pods = ", ".join(forward.targets) or "(none ready)"
-        typer.echo(f"{where:<40}{forward.address:<18}  {pods}")
+        rows.append((where, forward.address, ", ".join(forward.targets) or "(none ready)"))
+    service_width = max(len(row[0]) for row in rows)
+    address_width = max(len(row[1]) for row in rows)
+    return "\n".join(
+        f"{where:<{service_width}}  {address:<{address_width}}  {pods}"
+        for where, address, pods in rows
+    )
 
 
 def _format_status(state: TestbedStatus) -> str:
