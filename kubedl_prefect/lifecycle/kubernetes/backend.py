@@ -82,6 +82,7 @@ from kubedl_prefect.lifecycle.backend import (
 from kubedl_prefect.lifecycle.diagnosis import Diagnosis, diagnose, replica_name, stuck_for_good
 from kubedl_prefect.lifecycle.kubernetes.admission import admission_state
 from kubedl_prefect.lifecycle.kubernetes.blockers import fact_request
+from kubedl_prefect.lifecycle.kubernetes.cluster import FactRequest
 from kubedl_prefect.lifecycle.kubernetes.dialects import (
     JobObjects,
     job_kind,
@@ -937,11 +938,22 @@ async def _status_now(view: _JobView, job: KubeObject, reader: FactReader) -> Jo
     request = kueue_request(job)
     if request is None:
         return status
+    return queued_status(status, queue_hold(job, await _workload(view, job, request, reader)))
+
+
+async def _workload(
+    view: _JobView, job: KubeObject, request: FactRequest, reader: FactReader
+) -> KubeObject | None:
+    """The Kueue Workload of a job in a LocalQueue (``request``: :func:`.kueue.kueue_request`).
+
+    From the view's watch; without one, read through the wait's reader (again only when the
+    job has changed).
+    """
     if view.workloads is not None:
         workloads = view.workloads()
     else:
         workloads = list((await reader.read(request)).workloads or [])
-    return queued_status(status, queue_hold(job, job_workload(job, workloads)))
+    return job_workload(job, workloads)
 
 
 async def _admission_now(
@@ -982,11 +994,7 @@ async def _admitted_by(
     request = kueue_request(job)
     if request is None:
         return state
-    if view.workloads is not None:
-        workloads = view.workloads()
-    else:
-        workloads = list((await reader.read(request)).workloads or [])
-    workload = job_workload(job, workloads)
+    workload = await _workload(view, job, request, reader)
     name = admitting_queue(workload)
     if name is None:
         return state

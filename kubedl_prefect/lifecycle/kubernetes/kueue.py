@@ -884,21 +884,11 @@ def admitted_by(
     job's replicas scheduled: its usage is then Kueue's since the admission. Any other state
     (not admitted, nothing borrowed, the queue not read) is ``state`` itself.
 
-    Example:
-        >>> workload = {"status": {
-        ...     "conditions": [{"type": "Admitted", "status": "True"}],
-        ...     "admission": {"clusterQueue": "cq-b", "podSetAssignments": [
-        ...         {"name": "master", "flavors": {"nvidia.com/gpu": "gpu-a"},
-        ...          "resourceUsage": {"nvidia.com/gpu": "2"}}]}}}
-        >>> queue = {"metadata": {"name": "cq-b"}, "spec": {"cohortName": "research",
-        ...     "resourceGroups": [{"flavors": [{"name": "gpu-a", "resources": [
-        ...         {"name": "nvidia.com/gpu", "nominalQuota": "2"}]}]}]},
-        ...     "status": {"flavorsUsage": [{"name": "gpu-a", "resources": [
-        ...         {"name": "nvidia.com/gpu", "total": "4", "borrowed": "2"}]}]}}
-        >>> state = AdmissionState(admitted=True, scheduled=2, expected=2)
-        >>> print(admitted_by(state, workload, queue))
-        admitted: 2/2 replicas scheduled; admitted on quota borrowed from cohort research: \
-2 nvidia.com/gpu in flavor gpu-a (ClusterQueue cq-b: nominal quota 2, 4 in use)
+    Example: with the Workload and ClusterQueue of :func:`cohort_borrowing`'s example,
+    ``str(admitted_by(AdmissionState(admitted=True, scheduled=2, expected=2), workload, queue))``
+    is ``admitted: 2/2 replicas scheduled; admitted on quota borrowed from cohort research: 2
+    nvidia.com/gpu in flavor gpu-a (ClusterQueue cq-b: nominal quota 2, 4 in use)``
+    (``tests/unit/lifecycle/test_kueue_borrowing.py`` checks it on Kueue's own objects).
     """
     if not state.admitted or workload is None:
         return state
