@@ -7,7 +7,8 @@ Read from the InferenceService and its pods (labelled ``serving.kserve.io/infere
   ``RuntimeDisabled``, ``InvalidPredictorSpec``, ``ModelLoadFailed`` while nothing is loaded:
   the last failure stays recorded after a recovery), the ``Ready`` condition is False
   for a reason that does not pass (a failed revision, an exceeded progress deadline, a reconcile
-  error), or a pod cannot start at all (image pull, container configuration, crash loop);
+  error), or a pod of the spec (its predictor's or a canary's, carrying their labels) cannot
+  start at all (image pull, container configuration, crash loop);
 - **ready**: the ``Ready`` condition is True (it aggregates ``PredictorReady`` and
   ``IngressReady``), the model status agrees (its target state ``Loaded``, its transition
   ``UpToDate``, when KServe reports one), the rollout is over: every pod of the current
@@ -224,6 +225,24 @@ def _current(pods: Sequence[KubeObject], wanted: dict[str, Any], app: str) -> li
     return found
 
 
+def _spec_pods(isvc: KubeObject, pods: Sequence[KubeObject]) -> list[KubeObject]:
+    """The pods of the spec: its stable predictor's and its canaries', with their labels.
+
+    Not a removed canary's pods (another ``app`` label), nor those of an earlier spec: their
+    crash loop is not this spec's failure (a rollback that drops a crashing canary is Ready
+    once the stable predictor is).
+    """
+    spec = isvc.get("spec") or {}
+    predictor = spec.get("predictor") or {}
+    stable = predictor.get("labels") or {}
+    found = _current(pods, stable, predictor_app(isvc, predictor.get("name")))
+    for entry in spec.get("canary") or []:
+        canary = entry.get("predictor") or {}
+        wanted = {**stable, **(canary.get("labels") or {})}
+        found += _current(pods, wanted, predictor_app(isvc, str(canary.get("name") or "")))
+    return found
+
+
 def _rollout(isvc: KubeObject, pods: Sequence[KubeObject]) -> tuple[str, str] | None:
     """Why the current predictor's pods are not all Ready yet, if they are not.
 
@@ -303,7 +322,7 @@ def readiness(
                 "Reconciling",
                 f"waiting for KServe to act on generation {applied.generation}",
             )
-    failure = _model_failure(isvc) or _pod_failure(pods)
+    failure = _model_failure(isvc) or _pod_failure(_spec_pods(isvc, pods))
     conditions = _conditions(isvc)
     ready = conditions.get("Ready") or {}
     if failure is None:

@@ -20,7 +20,8 @@ The canary runs on real pods too (:func:`~kubedl_prefect.serving.arun_canary`): 
 next to the champion in KServe's ``<name>-canary-predictor`` Deployment, the same requests
 through both Services' forwarders, a candidate that answers as the champion does promoted and
 one whose answers differ rolled back (the champion alone again, the alias restored, still
-answering). 268-287 s at load 5-6 (MLServer starts about six times).
+answering), and one MLServer cannot load rolled back by the deployment itself (its canary pod
+crash-loops). 334 s at load 6, plus 61 s of set-up.
 """
 
 from __future__ import annotations
@@ -371,3 +372,26 @@ async def test_a_canary_on_real_pods_is_promoted_when_it_passes_and_rolled_back_
     for row, expected in zip(served, versions.logits, strict=True):
         assert row == pytest.approx(expected, abs=1e-5)
     await forwarded(process_node, namespace, "clf-canary-predictor", ready=False, within_s=120)
+
+    # A candidate that errors: version 2 (MLServer cannot load it) crash-loops in the canary's
+    # pod, so the deployment with the canary fails and is rolled back before any traffic.
+    broken = await asyncio.to_thread(registry.evaluate, model, "2", POLICY)
+    assert broken.promoted
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await arun_canary(
+            deployer,
+            service(registry, model, "4", canary="2"),
+            requests,
+            check=check,
+            address=address,
+            timeout_s=600,
+            on_rollback=lambda: registry.restore_alias(broken),
+        )
+    assert caught.value.rolled_back
+    assert caught.value.reason == "CrashLoopBackOff", caught.value.message
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    live = await kube.get(INFERENCE_SERVICES, namespace, "clf")
+    assert not live["spec"].get("canary")
+    assert live["spec"]["predictor"]["model"]["storageUri"] == champion.storage_uri
+    restored = await asyncio.to_thread(registry.resolve, f"models:/{model}@champion")
+    assert restored.version == "4"

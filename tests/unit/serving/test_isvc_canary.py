@@ -108,3 +108,25 @@ def test_a_canarys_pods_are_not_the_stable_predictors_and_must_be_ready_themselv
     assert readiness(obj, [stable, earlier]).message == "0 of 0 pods of canary are Ready"
     up = predictor_pod("isvc.fraud-canary-predictor", "2", ready=True)
     assert readiness(obj, [stable, up]).state is ServingState.READY
+
+
+def test_a_crash_loop_fails_the_spec_whose_pod_it_is_only() -> None:
+    crashing = predictor_pod("isvc.fraud-canary-predictor", "2", ready=False)
+    crashing["status"]["containerStatuses"] = [
+        {
+            "name": "kserve-container",
+            "restartCount": 3,
+            "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        }
+    ]
+    stable = predictor_pod("isvc.fraud-predictor", "1", ready=True)
+    # The spec with that canary fails...
+    obj = with_canary(False)
+    obj["spec"]["predictor"] = {"labels": {"kubedl-prefect.io/model-version": "1"}}
+    obj["spec"]["canary"][0]["predictor"]["labels"] = {"kubedl-prefect.io/model-version": "2"}
+    failed = readiness(obj, [stable, crashing])
+    assert (failed.state, failed.reason) == (ServingState.FAILED, "CrashLoopBackOff")
+    # ... and the rollback without it is Ready while the canary's pod is still going away.
+    restored = copy.deepcopy(STANDARD_READY)
+    restored["spec"] = {"predictor": {"labels": {"kubedl-prefect.io/model-version": "1"}}}
+    assert readiness(restored, [stable, crashing]).state is ServingState.READY
