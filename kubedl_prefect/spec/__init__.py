@@ -43,13 +43,13 @@ _EXPORTS: dict[str, str] = {
     "loads_spec_with_warnings": "kubedl_prefect.spec.io",
     "spec_root": "kubedl_prefect.spec.io",
     "spec_to_data": "kubedl_prefect.spec.io",
-    "Affinity": "kubedl_prefect.spec.kube_types",
+    "Affinity": "kubedl_prefect.spec.affinity",
     "ContainerPort": "kubedl_prefect.spec.kube_types",
     "EmptyDir": "kubedl_prefect.spec.kube_types",
     "EnvValue": "kubedl_prefect.spec.kube_types",
     "HostPath": "kubedl_prefect.spec.kube_types",
-    "MetricSpec": "kubedl_prefect.spec.kube_types",
-    "MetricTarget": "kubedl_prefect.spec.kube_types",
+    "MetricSpec": "kubedl_prefect.spec.metrics",
+    "MetricTarget": "kubedl_prefect.spec.metrics",
     "Resources": "kubedl_prefect.spec.kube_types",
     "Toleration": "kubedl_prefect.spec.kube_types",
     "Volume": "kubedl_prefect.spec.kube_types",
@@ -160,6 +160,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from kubedl_prefect.spec.affinity import Affinity
     from kubedl_prefect.spec.hashing import spec_hash
     from kubedl_prefect.spec.io import (
         SPEC_ROOT_ENV,
@@ -174,17 +175,15 @@ if TYPE_CHECKING:
         spec_to_data,
     )
     from kubedl_prefect.spec.kube_types import (
-        Affinity,
         ContainerPort,
         EmptyDir,
         EnvValue,
         HostPath,
-        MetricSpec,
-        MetricTarget,
         Resources,
         Toleration,
         Volume,
     )
+    from kubedl_prefect.spec.metrics import MetricSpec, MetricTarget
     from kubedl_prefect.spec.model import (
         Checkpoint,
         ContainerSettings,

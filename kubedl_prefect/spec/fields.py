@@ -9,12 +9,17 @@ raises :func:`spec_error`, which :mod:`kubedl_prefect.spec.validation` turns int
 
 from __future__ import annotations
 
+import importlib
 import re
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict
 from pydantic.alias_generators import to_camel
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, core_schema
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+    from pydantic.json_schema import JsonSchemaValue
 
 from kubedl_prefect.spec.naming import DNS1035_PATTERN
 from kubedl_prefect.spec.quantity import is_quantity, parse_quantity
@@ -228,3 +233,45 @@ class SpecModel(BaseModel):
         # sooner; bench/cli_startup.py).
         defer_build=True,
     )
+
+
+class LazyModel:
+    """A field type validated by a spec model that is imported and built when a value comes.
+
+    ``Annotated[Any, LazyModel("kubedl_prefect.spec.affinity", "Affinity")]`` validates a value
+    as ``Affinity.model_validate`` would, with the same problems at the same field paths (pydantic
+    puts a nested model's errors under the field's location), and serializes it as that model;
+    the model's module is imported, and its validator built, the first time a value that is not
+    ``None`` is validated. A spec that never holds one pays for neither (models for settings few
+    specs use: :mod:`kubedl_prefect.spec.kube_types` says which).
+    """
+
+    __slots__ = ("_model", "module", "name")
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module = module
+        self.name = name
+        self._model: type[BaseModel] | None = None
+
+    def model(self) -> type[BaseModel]:
+        """The model, imported on first use."""
+        if self._model is None:
+            model = getattr(importlib.import_module(self.module), self.name)
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise TypeError(f"{self.module}.{self.name} is not a pydantic model")
+            self._model = model
+        return self._model
+
+    def validate(self, value: Any) -> BaseModel:
+        """``value`` validated by the model (an instance of it is taken as it is)."""
+        return self.model().model_validate(value)
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(self.validate)
+
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(self.model().__pydantic_core_schema__)

@@ -11,7 +11,7 @@ would check, so that an invalid value is refused with its field path instead of 
 
 import ipaddress
 import re
-from typing import Annotated, Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeAlias, cast
 
 from pydantic import AfterValidator, BeforeValidator, Field, model_validator
 
@@ -22,11 +22,10 @@ from kubedl_prefect.spec.fields import (
     EnvName,
     Int32,
     LabelValue,
-    NonEmptyStr,
+    LazyModel,
     ObjectName,
     PodFieldPath,
     PortNumber,
-    PositiveInt32,
     QualifiedName,
     Quantity,
     SpecModel,
@@ -160,143 +159,20 @@ class Toleration(SpecModel):
         return self
 
 
-def _check_operator_values(operator: str, values: list[str] | None) -> None:
-    count = len(values or [])
-    if operator in {"In", "NotIn"} and count == 0:
-        raise spec_error(f"operator {operator} needs values", "add values: [...]")
-    if operator in {"Exists", "DoesNotExist"} and count:
-        raise spec_error(f"operator {operator} takes no values", "remove values")
-    if operator in {"Gt", "Lt"} and (count != 1 or not _is_integer((values or [""])[0])):
-        raise spec_error(f"operator {operator} needs exactly one integer value", "e.g. ['3']")
+# --- affinity and autoscaling metrics, validated when a spec holds them -----------------------
 
+# Their twenty models live in modules of their own (kubedl_prefect.spec.affinity and .metrics),
+# imported and built the first time a spec holds one (fields.LazyModel): most specs have neither,
+# and making and building their models was 6% of the work of a `kubedl-prefect validate`.
+if TYPE_CHECKING:
+    from kubedl_prefect.spec.affinity import Affinity
+    from kubedl_prefect.spec.metrics import MetricSpec
 
-def _is_integer(text: str) -> bool:
-    return re.fullmatch(r"-?[0-9]+", text) is not None
-
-
-class LabelSelectorRequirement(SpecModel):
-    """One expression of a label selector."""
-
-    key: QualifiedName = Field(description="Label key.")
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"] = Field(description="Operator.")
-    values: list[str] | None = Field(default=None, description="Values, for In and NotIn.")
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> "LabelSelectorRequirement":
-        _check_operator_values(self.operator, self.values)
-        return self
-
-
-class LabelSelector(SpecModel):
-    """A label selector (``matchLabels`` and ``matchExpressions`` are ANDed)."""
-
-    match_labels: dict[QualifiedName, LabelValue] | None = Field(
-        default=None, description="Labels that must match exactly."
-    )
-    match_expressions: list[LabelSelectorRequirement] | None = Field(
-        default=None, description="Expressions that must all hold."
-    )
-
-
-class NodeSelectorRequirement(SpecModel):
-    """One expression on node labels or fields."""
-
-    key: NonEmptyStr = Field(description="Label key or field name.")
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"] = Field(
-        description="Operator."
-    )
-    values: list[str] | None = Field(default=None, description="Values.")
-
-    @model_validator(mode="after")
-    def _values_fit_operator(self) -> "NodeSelectorRequirement":
-        _check_operator_values(self.operator, self.values)
-        return self
-
-
-class NodeSelectorTerm(SpecModel):
-    """Expressions that a node must all satisfy."""
-
-    match_expressions: list[NodeSelectorRequirement] | None = Field(
-        default=None, description="On node labels."
-    )
-    match_fields: list[NodeSelectorRequirement] | None = Field(
-        default=None, description="On node fields (metadata.name with In or NotIn)."
-    )
-
-    @model_validator(mode="after")
-    def _fields_supported(self) -> "NodeSelectorTerm":
-        for requirement in self.match_fields or []:
-            if (
-                requirement.key != "metadata.name"
-                or requirement.operator not in {"In", "NotIn"}
-                or len(requirement.values or []) != 1
-            ):
-                raise spec_error(
-                    "matchFields supports only key metadata.name with In or NotIn and one value",
-                    "match node labels with matchExpressions instead",
-                )
-        return self
-
-
-class NodeSelector(SpecModel):
-    """Terms of which a node must satisfy at least one."""
-
-    node_selector_terms: list[NodeSelectorTerm] = Field(min_length=1, description="The terms.")
-
-
-class PreferredSchedulingTerm(SpecModel):
-    """A weighted node preference."""
-
-    weight: Annotated[StrictInt, Field(ge=1, le=100)] = Field(description="Weight, 1 to 100.")
-    preference: NodeSelectorTerm = Field(description="The preferred term.")
-
-
-class NodeAffinity(SpecModel):
-    """Node affinity."""
-
-    required_during_scheduling_ignored_during_execution: NodeSelector | None = Field(
-        default=None, description="Hard requirement."
-    )
-    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = (
-        Field(default=None, description="Soft preferences.")
-    )
-
-
-class PodAffinityTerm(SpecModel):
-    """Pods (by label) that a pod should, or should not, share a topology domain with."""
-
-    label_selector: LabelSelector | None = Field(default=None, description="Which pods.")
-    namespaces: list[str] | None = Field(default=None, description="Their namespaces.")
-    namespace_selector: LabelSelector | None = Field(
-        default=None, description="Their namespaces, by label."
-    )
-    topology_key: QualifiedName = Field(description="Node label defining the domain.")
-
-
-class WeightedPodAffinityTerm(SpecModel):
-    """A weighted pod (anti-)affinity preference."""
-
-    weight: Annotated[StrictInt, Field(ge=1, le=100)] = Field(description="Weight, 1 to 100.")
-    pod_affinity_term: PodAffinityTerm = Field(description="The term.")
-
-
-class PodAffinity(SpecModel):
-    """Pod affinity or anti-affinity."""
-
-    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = Field(
-        default=None, description="Hard requirements."
-    )
-    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = (
-        Field(default=None, description="Soft preferences.")
-    )
-
-
-class Affinity(SpecModel):
-    """Scheduling affinity, as in a Kubernetes pod."""
-
-    node_affinity: NodeAffinity | None = Field(default=None, description="Node affinity.")
-    pod_affinity: PodAffinity | None = Field(default=None, description="Pod affinity.")
-    pod_anti_affinity: PodAffinity | None = Field(default=None, description="Pod anti-affinity.")
+    AffinityField: TypeAlias = Affinity
+    MetricSpecField: TypeAlias = MetricSpec
+else:
+    AffinityField = Annotated[Any, LazyModel("kubedl_prefect.spec.affinity", "Affinity")]
+    MetricSpecField = Annotated[Any, LazyModel("kubedl_prefect.spec.metrics", "MetricSpec")]
 
 
 # --- storage -------------------------------------------------------------------------------
@@ -434,151 +310,6 @@ def _unique_ports(ports: list[ContainerPort] | None) -> list[ContainerPort] | No
 
 Ports = Annotated[list[ContainerPort], AfterValidator(_unique_ports)]
 """Container ports: unique by number and protocol, and by name."""
-
-
-# --- autoscaling metrics (elastic training) --------------------------------------------------
-
-
-_TARGET_FIELDS: Final = ("value", "average_value", "average_utilization")
-
-
-class MetricTarget(SpecModel):
-    """The target value of a metric (``autoscaling/v2`` ``MetricTarget``)."""
-
-    type: Literal["Utilization", "Value", "AverageValue"] = Field(
-        description="Utilization (percent of the request), Value or AverageValue."
-    )
-    value: Quantity | None = Field(default=None, description="For type Value.")
-    average_value: Quantity | None = Field(default=None, description="For type AverageValue.")
-    average_utilization: PositiveInt32 | None = Field(
-        default=None, description="For type Utilization: percent of the requested resource."
-    )
-
-    @model_validator(mode="after")
-    def _field_fits_type(self) -> "MetricTarget":
-        wanted = {
-            "Utilization": "average_utilization",
-            "Value": "value",
-            "AverageValue": "average_value",
-        }[self.type]
-        given = [n for n in _TARGET_FIELDS if getattr(self, n) is not None]
-        if given != [wanted]:
-            camel = {
-                "average_utilization": "averageUtilization",
-                "value": "value",
-                "average_value": "averageValue",
-            }
-            raise spec_error(
-                f"a {self.type} target needs {camel[wanted]} and nothing else, got "
-                f"{', '.join(camel[n] for n in given) or 'none'}",
-                f"give only {camel[wanted]}",
-            )
-        return self
-
-
-class MetricIdentifier(SpecModel):
-    """A metric by name, optionally narrowed by a label selector."""
-
-    name: NonEmptyStr = Field(description="Metric name.")
-    selector: LabelSelector | None = Field(default=None, description="Metric labels.")
-
-
-class ObjectReference(SpecModel):
-    """The object an Object metric describes."""
-
-    api_version: NonEmptyStr | None = Field(default=None, description="e.g. v1.")
-    kind: NonEmptyStr = Field(description="e.g. Service.")
-    name: NonEmptyStr = Field(description="Its name.")
-
-
-class ResourceMetric(SpecModel):
-    """A resource (cpu, memory) of the pods, averaged."""
-
-    name: QualifiedName = Field(description="Resource name, e.g. cpu.")
-    target: MetricTarget = Field(description="The target.")
-
-
-class ContainerResourceMetric(ResourceMetric):
-    """A resource of one container of the pods."""
-
-    container: DNS1123Label = Field(description="Container name.")
-
-
-class PodsMetric(SpecModel):
-    """A custom metric of the pods, averaged."""
-
-    metric: MetricIdentifier = Field(description="The metric.")
-    target: MetricTarget = Field(description="The target (AverageValue).")
-
-
-class ObjectMetric(SpecModel):
-    """A metric of another object."""
-
-    described_object: ObjectReference = Field(description="The object.")
-    metric: MetricIdentifier = Field(description="The metric.")
-    target: MetricTarget = Field(description="The target (Value or AverageValue).")
-
-
-class ExternalMetric(SpecModel):
-    """A metric from outside the cluster."""
-
-    metric: MetricIdentifier = Field(description="The metric.")
-    target: MetricTarget = Field(description="The target (Value or AverageValue).")
-
-
-_METRIC_SOURCES: Final = {
-    "Resource": ("resource", ("Utilization", "AverageValue")),
-    "ContainerResource": ("container_resource", ("Utilization", "AverageValue")),
-    "Pods": ("pods", ("AverageValue",)),
-    "Object": ("object_", ("Value", "AverageValue")),
-    "External": ("external", ("Value", "AverageValue")),
-}
-
-
-class MetricSpec(SpecModel):
-    """One metric the operator's autoscaler scales elastic workers on (``autoscaling/v2``).
-
-    Exactly the member named by ``type`` is given, e.g. ``{type: Resource, resource: {name: cpu,
-    target: {type: Utilization, averageUtilization: 80}}}``.
-    """
-
-    type: Literal["Resource", "ContainerResource", "Pods", "Object", "External"] = Field(
-        description="Which member holds the metric."
-    )
-    resource: ResourceMetric | None = Field(default=None, description="For type Resource.")
-    container_resource: ContainerResourceMetric | None = Field(
-        default=None, description="For type ContainerResource."
-    )
-    pods: PodsMetric | None = Field(default=None, description="For type Pods.")
-    object_: ObjectMetric | None = Field(
-        default=None, alias="object", description="For type Object."
-    )
-    external: ExternalMetric | None = Field(default=None, description="For type External.")
-
-    @model_validator(mode="after")
-    def _member_fits_type(self) -> "MetricSpec":
-        wanted, targets = _METRIC_SOURCES[self.type]
-        members = {name for name, _ in _METRIC_SOURCES.values() if getattr(self, name) is not None}
-        spelled = {
-            "resource": "resource",
-            "container_resource": "containerResource",
-            "pods": "pods",
-            "object_": "object",
-            "external": "external",
-        }
-        if members != {wanted}:
-            raise spec_error(
-                f"a {self.type} metric needs `{spelled[wanted]}` and no other member, got "
-                f"{', '.join(sorted(spelled[m] for m in members)) or 'none'}",
-                f"give only {spelled[wanted]}: {{...}}",
-            )
-        target: MetricTarget = getattr(self, wanted).target
-        if target.type not in targets:
-            raise spec_error(
-                f"a {self.type} metric cannot have a {target.type} target",
-                f"use a target of type {' or '.join(targets)}",
-            )
-        return self
 
 
 # --- raw pod template (the escape hatch) ------------------------------------------------------

@@ -13,7 +13,9 @@ Constructing a model directly raises :class:`pydantic.ValidationError` on bad in
 
 The building blocks live in :mod:`kubedl_prefect.spec.fields` (the base model, constrained
 scalars) and :mod:`kubedl_prefect.spec.kube_types` (the pod settings passed through: environment,
-resources, tolerations, affinity, volumes); they are re-exported here.
+resources, tolerations, affinity, volumes); they are re-exported here, but for the models of
+affinity and autoscaling metrics, which are imported when a spec first holds one
+(:mod:`kubedl_prefect.spec.affinity`, :mod:`kubedl_prefect.spec.metrics`).
 """
 
 # No `from __future__ import annotations`: pydantic takes these modules' annotations as they
@@ -21,7 +23,7 @@ resources, tolerations, affinity, volumes); they are re-exported here.
 # cost of kubedl-prefect validate); a class named before its definition is written in quotes.
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -50,40 +52,22 @@ from kubedl_prefect.spec.fields import (
     spec_error,
 )
 from kubedl_prefect.spec.kube_types import (
-    Affinity,
+    AffinityField,
     ContainerPort,
-    ContainerResourceMetric,
     EmptyDir,
     Env,
     EnvValue,
     EnvValueField,
-    ExternalMetric,
     FieldRef,
     HostPath,
     KeyRef,
-    LabelSelector,
-    LabelSelectorRequirement,
-    MetricIdentifier,
-    MetricSpec,
-    MetricTarget,
-    NodeAffinity,
-    NodeSelector,
-    NodeSelectorRequirement,
-    NodeSelectorTerm,
-    ObjectMetric,
-    ObjectReference,
-    PodAffinity,
-    PodAffinityTerm,
-    PodsMetric,
+    MetricSpecField,
     PodTemplate,
     PortName,
     Ports,
-    PreferredSchedulingTerm,
-    ResourceMetric,
     Resources,
     Toleration,
     Volume,
-    WeightedPodAffinityTerm,
 )
 from kubedl_prefect.spec.reader import data_issue
 from kubedl_prefect.spec.types import (
@@ -96,6 +80,9 @@ from kubedl_prefect.spec.types import (
     default_restart_policy,
 )
 
+if TYPE_CHECKING:
+    from kubedl_prefect.spec.affinity import Affinity
+
 SPEC_API_VERSION: Final = "kubedl-prefect.io/v1alpha1"
 """The ``apiVersion`` of a spec document (our format's version, not a Kubernetes API)."""
 
@@ -107,11 +94,9 @@ __all__ = [
     "SPEC_API_VERSION",
     "SPEC_KIND",
     "AbsolutePath",
-    "Affinity",
     "Checkpoint",
     "ConfigKey",
     "ContainerPort",
-    "ContainerResourceMetric",
     "ContainerSettings",
     "DNS1035Name",
     "DNS1123Label",
@@ -121,42 +106,25 @@ __all__ = [
     "EnvName",
     "EnvValue",
     "EnvValueField",
-    "ExternalMetric",
     "FieldRef",
     "Gang",
     "HostPath",
     "Int32",
     "KeyRef",
     "Kueue",
-    "LabelSelector",
-    "LabelSelectorRequirement",
     "LabelValue",
-    "MetricIdentifier",
-    "MetricSpec",
-    "MetricTarget",
     "Network",
-    "NodeAffinity",
-    "NodeSelector",
-    "NodeSelectorRequirement",
-    "NodeSelectorTerm",
     "NonEmptyStr",
-    "ObjectMetric",
     "ObjectName",
-    "ObjectReference",
-    "PodAffinity",
-    "PodAffinityTerm",
     "PodFieldPath",
     "PodTemplate",
-    "PodsMetric",
     "PortName",
     "PortNumber",
     "Ports",
     "PositiveInt32",
-    "PreferredSchedulingTerm",
     "QualifiedName",
     "Quantity",
     "ResolvedRole",
-    "ResourceMetric",
     "Resources",
     "RestartPolicyField",
     "RoleSpec",
@@ -169,7 +137,6 @@ __all__ = [
     "TrainerRuntime",
     "TrainingJobSpec",
     "Volume",
-    "WeightedPodAffinityTerm",
     "spec_error",
 ]
 
@@ -273,7 +240,7 @@ class Elastic(SpecModel):
     rdzv_backend: Literal["c10d", "etcd", "etcd-v2"] = Field(
         default="c10d", description="Rendezvous backend."
     )
-    metrics: list[MetricSpec] | None = Field(
+    metrics: list[MetricSpecField] | None = Field(
         default=None,
         description="Metrics the operator's autoscaler scales the workers on (autoscaling/v2).",
     )
@@ -320,7 +287,7 @@ class ContainerSettings(SpecModel):
         default=None, description="Node labels the pods require."
     )
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerated taints.")
-    affinity: Affinity | None = Field(default=None, description="Scheduling affinity.")
+    affinity: AffinityField | None = Field(default=None, description="Scheduling affinity.")
     priority_class_name: ObjectName | None = Field(
         default=None, description="PriorityClass of the pods (gang.priorityClass: the group's)."
     )
@@ -406,7 +373,7 @@ class ResolvedRole:
     resources_path: str
     node_selector: dict[str, str] | None
     tolerations: list[Toleration] | None
-    affinity: Affinity | None
+    affinity: "Affinity | None"
     priority_class_name: str | None
     ports: list[ContainerPort] | None
     service_account_name: str | None

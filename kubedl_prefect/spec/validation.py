@@ -20,6 +20,7 @@ from pydantic_core import ErrorDetails
 
 from kubedl_prefect.errors import SpecError, SpecIssue
 from kubedl_prefect.spec.checks import dialect_issues
+from kubedl_prefect.spec.fields import LazyModel
 from kubedl_prefect.spec.model import TrainingJobSpec
 from kubedl_prefect.spec.paths import format_path, parse_path
 from kubedl_prefect.spec.reader import source_text
@@ -257,7 +258,8 @@ def _step(annotation: Any, part: str | int) -> Any:
     if model is not None:
         for name, info in model.model_fields.items():
             if part in (name, info.alias):
-                return info.annotation
+                lazy = [m for m in info.metadata if isinstance(m, LazyModel)]
+                return lazy[0].model() if lazy else info.annotation
         return None
     for candidate in _unwrap(annotation):
         origin = typing.get_origin(candidate)
@@ -277,10 +279,16 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 
 def _unwrap(annotation: Any) -> list[Any]:
-    """The alternatives of an annotation, with ``Annotated`` and ``Optional`` peeled off."""
+    """The alternatives of an annotation, with ``Annotated`` and ``Optional`` peeled off.
+
+    A :class:`~kubedl_prefect.spec.fields.LazyModel` field stands for its model (imported by
+    then: the value was validated).
+    """
     origin = typing.get_origin(annotation)
     if origin is typing.Annotated:
-        return _unwrap(typing.get_args(annotation)[0])
+        base, *metadata = typing.get_args(annotation)
+        lazy = [m for m in metadata if isinstance(m, LazyModel)]
+        return [lazy[0].model()] if lazy else _unwrap(base)
     if origin in (typing.Union, types.UnionType):
         return [alt for arg in typing.get_args(annotation) for alt in _unwrap(arg)]
     return [annotation]

@@ -224,8 +224,16 @@ def test_the_start_up_path_stays_light(args: list[str]) -> None:
 
 
 # What the console script's quick path (plain validate and render) does not load either: typer
-# and its app, and what pydantic's plugin finder imports to find no plugin.
-QUICK_HEAVY = (*HEAVY, "typer", "kubedl_prefect.cli.commands", "importlib.metadata")
+# and its app, what pydantic's plugin finder imports to find no plugin, and the models of
+# affinity and autoscaling metrics when the spec holds neither.
+QUICK_HEAVY = (
+    *HEAVY,
+    "typer",
+    "kubedl_prefect.cli.commands",
+    "importlib.metadata",
+    "kubedl_prefect.spec.affinity",
+    "kubedl_prefect.spec.metrics",
+)
 
 
 @pytest.mark.parametrize(

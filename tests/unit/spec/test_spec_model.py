@@ -479,3 +479,71 @@ def test_extended_resources_follow_the_kubernetes_rules() -> None:
 )
 def test_pod_rules_the_api_server_would_enforce_later(field: str, value: Any, path: str) -> None:
     assert paths(rejected(minimal(**{field: value}))) == [path]
+
+
+# --- models imported when a spec first holds one (spec.fields.LazyModel) -------------------
+
+
+def test_lazily_imported_models_report_as_the_others() -> None:
+    # The same problems, paths and order as when these models were built with the spec's.
+    error = rejected(
+        minimal(
+            affinity={"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{}]}},
+            elastic={
+                "minReplicas": 1,
+                "maxReplicas": 2,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "bogus": 1}}, 7, None],
+            },
+            replicas={"master": 1, "worker": {"count": 1, "affinity": 5}},
+        )
+    )
+    assert [str(issue) for issue in error.issues] == [
+        "affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey: "
+        "this field is required (fix: add `topologyKey`)",
+        "replicas.worker.affinity: Input should be a valid dictionary or instance of Affinity "
+        "(fix: write a mapping (`key: value` lines))",
+        "elastic.metrics[0].resource.target: this field is required (fix: add `target`)",
+        "elastic.metrics[0].resource.bogus: unknown field 'bogus' "
+        "(fix: remove it; the fields here are: name, target)",
+        "elastic.metrics[1]: Input should be a valid dictionary or instance of MetricSpec "
+        "(fix: write a mapping (`key: value` lines))",
+        "elastic.metrics[2]: Input should be a valid dictionary or instance of MetricSpec "
+        "(fix: write a mapping (`key: value` lines))",
+    ]
+
+
+def test_lazily_imported_models_dump_and_describe_as_the_others() -> None:
+    from kubedl_prefect.spec import Affinity, MetricSpec, spec_to_data
+
+    affinity = {
+        "nodeAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 5,
+                    "preference": {"matchExpressions": [{"key": "zone", "operator": "Exists"}]},
+                }
+            ]
+        }
+    }
+    metric = {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": "qps"},
+            "target": {"type": "AverageValue", "averageValue": "10"},
+        },
+    }
+    spec = parse_spec(
+        minimal(
+            affinity=affinity, elastic={"minReplicas": 1, "maxReplicas": 2, "metrics": [metric]}
+        )
+    )
+    assert isinstance(spec.affinity, Affinity)
+    assert spec.elastic is not None
+    assert spec.elastic.metrics is not None
+    assert isinstance(spec.elastic.metrics[0], MetricSpec)
+    data = spec_to_data(spec)
+    assert data["affinity"] == affinity
+    assert data["elastic"]["metrics"] == [metric]
+    assert parse_spec(data) == spec
+    schema = TrainingJobSpec.model_json_schema()
+    assert {"Affinity", "MetricSpec", "NodeAffinity"} <= set(schema["$defs"])
