@@ -5,10 +5,14 @@ saves the test bed's blocks, occupies most of the test bed's GPUs with pods, run
 flow against the test bed (its job waits for GPUs, then its replicas print labelled lines and
 the training's progress), opens the flow-run page while the job waits, deletes the pods (the
 job is admitted) and looks again once the run completed (its artifacts, events and the
-replicas' log lines), then the training-job block's form and the event feed, in headless
-Chromium (Debian's ``chromium`` package), and saves screenshots under ``docs/images/``::
+replicas' log lines), then the training-job block's form and the event feed; then it runs
+``make demo``'s train-and-serve chain (LocalCluster, MLflow, local MLServer) and looks at its
+flow-run page, its links to the MLflow run, the model version and the endpoint, and the
+endpoint followed. All in headless Chromium (Debian's ``chromium`` package); screenshots under
+``docs/images/``::
 
     uv run python flows/ui_check.py            # screenshots into docs/images/
+    uv run python flows/ui_check.py --chain    # the chain's only (no test bed)
 
 The browser test (tests/integration/test_prefect_ui.py) uses the same functions and checks
 what the pages show.
@@ -298,11 +302,14 @@ class Browser:
                 {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1},
             )
 
-    async def screenshot(self, path: Path) -> bytes:
-        """Save a PNG of what the page shows now; return its bytes."""
+    async def screenshot(self, path: Path, *, height: int | None = None) -> bytes:
+        """Save a PNG of what the page shows now (its top ``height`` pixels); return its bytes."""
         import base64
 
-        shot = await self.call("Page.captureScreenshot", {"format": "png"})
+        params: dict[str, Any] = {"format": "png"}
+        if height is not None:
+            params["clip"] = {"x": 0, "y": 0, "width": self.width, "height": height, "scale": 1}
+        shot = await self.call("Page.captureScreenshot", params)
         data = base64.b64decode(shot["data"])
         await asyncio.to_thread(_write, path, data)
         return data
@@ -707,19 +714,37 @@ async def look_at_queued_run(
     """
     async with Browser(height=1000) as browser:
         await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
-        page = await browser.wait_for_text("Running", "queued:", timeout_s=300)
+        # Volcano's gang line ("queued: 3/1 tasks in gang unschedulable ...") may come first;
+        # the scheduler's own reason follows within seconds.
+        page = await browser.wait_for_text(
+            "Running", "queued:", "Insufficient nvidia.com/gpu", timeout_s=300
+        )
         await asyncio.sleep(2)  # the graph draws the task and its first artifact
         page = await browser.text()
         await browser.screenshot(
             (images or Path(tempfile.gettempdir())) / "prefect-flow-run-queued.png"
         )
-    reason = next(line for line in page.splitlines() if "queued:" in line)
+    queued = [line for line in page.splitlines() if "queued:" in line]
+    reason = next((line for line in queued if "nvidia.com/gpu" in line), queued[0])
     return QueuedPage(page, reason)
+
+
+@dataclass
+class LogsPage:
+    """What the flow run's Logs tab showed.
+
+    Attributes:
+        text: The page's text.
+        rows: Each log row's text (its level, message, time, task run and logger name).
+    """
+
+    text: str
+    rows: list[str]
 
 
 async def look_at_replica_logs(
     server: PrefectServer, flow_run_id: str, images: Path | None = None
-) -> str:
+) -> LogsPage:
     """The flow run's Logs tab, scrolled to the replicas' lines, each under its logger name."""
     async with Browser(height=900) as browser:
         await browser.open(f"{server.url}/runs/flow-run/{flow_run_id}")
@@ -732,10 +757,13 @@ async def look_at_replica_logs(
         )
         await asyncio.sleep(1)
         text = await browser.text()
+        rows = await browser.evaluate(
+            "[...document.querySelectorAll('.log-row')].map(e => e.innerText)"
+        )
         await browser.screenshot(
             (images or Path(tempfile.gettempdir())) / "prefect-flow-run-logs.png"
         )
-    return text
+    return LogsPage(text, [str(row) for row in rows or []])
 
 
 async def look_at_blocks_and_events(
@@ -768,10 +796,227 @@ async def look_at_blocks_and_events(
     return texts
 
 
-def main() -> None:
-    """Run the check and save the screenshots under docs/images/."""
+CHAIN_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+
+sys.path.insert(0, sys.argv[1])
+from flows import demo
+
+state = Path(sys.argv[2])
+mlflow = demo.start_mlflow(state)
+try:
+    demo.wait_healthy([mlflow])
+    os.environ["MLFLOW_TRACKING_URI"] = mlflow.url
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    artifacts = (state / "mlflow" / "artifacts").as_uri()
+    summary, model = demo.run_chain(mlflow.url, artifacts, epochs=1, state=state)
+    try:
+        seen = {
+            "flow_run_id": summary.flow_run_id,
+            "mlflow": mlflow.url,
+            "model_server": model.url,
+            "run_id": summary.run_id,
+            "version": summary.model_uri.rsplit("/", 1)[1],
+        }
+        print("CHAIN", json.dumps(seen), flush=True)
+        sys.stdin.readline()  # served until the browser has looked
+    finally:
+        model.stop()
+finally:
+    demo.drain_prefect()
+    mlflow.stop()
+"""
+
+
+@dataclass
+class ChainRun:
+    """A train-and-serve run of :func:`start_chain` whose servers still answer.
+
+    Attributes:
+        process: The flow's process; it stops the model and MLflow servers when told to
+            (:func:`stop_chain`).
+        flow_run_id: The flow run.
+        mlflow: The MLflow server's URL.
+        model_server: The local model server's URL.
+        run_id: The MLflow run that trained the version.
+        version: The registered version of ``ddp-spirals``.
+    """
+
+    process: subprocess.Popen[str]
+    flow_run_id: str
+    mlflow: str
+    model_server: str
+    run_id: str
+    version: str
+
+    @property
+    def links(self) -> dict[str, str]:
+        """Where the chain's three link artifacts must point, by key."""
+        return {
+            "ddp-spirals-mlflow-run": f"{self.mlflow}/#/runs/{self.run_id}",
+            "ddp-spirals-model-version": (
+                f"{self.mlflow}/#/models/ddp-spirals/versions/{self.version}"
+            ),
+            "ddp-spirals-endpoint": f"{self.model_server}/v2/models/ddp-spirals",
+        }
+
+
+def start_chain(server: PrefectServer, work: Path, timeout_s: float = 900) -> ChainRun:
+    """Run ``make demo``'s chain (flows/demo.py: LocalCluster, MLflow, local MLServer) once.
+
+    One epoch of the example's 2-replica DDP training, registration, gate and local serving,
+    in a flow run on ``server``, with an MLflow server of its own under ``work``. Returns once
+    the flow run completed, its MLflow and model servers still running: :func:`stop_chain`
+    stops them.
+
+    Raises:
+        RuntimeError: The flow failed, or did not complete in ``timeout_s``.
+    """
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "run_chain.py"
+    script.write_text(CHAIN_SCRIPT)
+    out, err = work / "chain.out", work / "chain.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(ROOT), str(work)],
+            env=server.env,
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+            text=True,
+        )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        line = next((x for x in out.read_text().splitlines() if x.startswith("CHAIN ")), None)
+        if line is not None:
+            seen = json.loads(line.removeprefix("CHAIN "))
+            return ChainRun(process, **seen)
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop_chain(process)
+            raise RuntimeError(
+                "the train-and-serve chain failed:\n"
+                + out.read_text()[-2000:]
+                + err.read_text(errors="replace")[-4000:]
+            )
+        time.sleep(1)
+
+
+def stop_chain(process: subprocess.Popen[str]) -> None:
+    """Let the chain's process stop its servers and exit (killed after two minutes)."""
+    if process.stdin is not None:
+        with contextlib.suppress(BrokenPipeError):
+            if process.poll() is None:
+                process.stdin.write("done\n")
+            process.stdin.close()
+    try:
+        process.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+
+
+@dataclass
+class ChainPage:
+    """What the chain's flow-run page showed, and where its links went.
+
+    Attributes:
+        page: The text of the flow run's Artifacts tab.
+        targets: For each link artifact's key, the targets of the links its own page shows
+            (``/artifacts/artifact/<id>``; Prefect's own navigation left out).
+        artifact: The text of the endpoint link's artifact page.
+        endpoint: What the endpoint link's target showed when the browser followed it.
+    """
+
+    page: str
+    targets: dict[str, list[str]]
+    artifact: str
+    endpoint: str
+
+
+CHAIN_LINKS = ("ddp-spirals-mlflow-run", "ddp-spirals-model-version", "ddp-spirals-endpoint")
+"""The chain's link artifacts (model and service ``ddp-spirals``, as in flows/demo.py)."""
+
+
+async def look_at_chain(
+    server: PrefectServer, chain: ChainRun, images: Path | None = None
+) -> ChainPage:
+    """The chain's flow-run page with its Artifacts tab, each link's page, the endpoint followed.
+
+    Screenshots: ``prefect-chain-flow-run.png`` (the graph, whose tasks carry the link badges,
+    and the Artifacts tab's cards) and ``prefect-chain-endpoint.png`` (the endpoint link's page).
+    """
+    folder = images or Path(tempfile.gettempdir())
+    own = json.dumps(server.url)
+    hrefs_js = (
+        "[...document.querySelectorAll('a[href]')].map(a => a.href)"
+        f".filter(h => !h.startsWith({own}))"
+    )
+    targets: dict[str, list[str]] = {}
+    # Tall enough for the graph and the Artifacts tab's three rows of cards (nine artifacts).
+    async with Browser(height=1320) as browser:
+        await browser.open(f"{server.url}/runs/flow-run/{chain.flow_run_id}")
+        await browser.wait_for_text("Completed", "serve-locally", "Artifacts", timeout_s=120)
+        await asyncio.sleep(1)
+        await browser.click_text("Artifacts")
+        page = await browser.wait_for_text(*CHAIN_LINKS, timeout_s=60)
+        await asyncio.sleep(2)  # the graph draws its artifact badges
+        await browser.screenshot(folder / "prefect-chain-flow-run.png")
+        artifact = ""
+        for key in CHAIN_LINKS:
+            (found,) = api(
+                server,
+                "POST",
+                "/artifacts/filter",
+                {"artifacts": {"key": {"any_": [key]}}, "limit": 1},
+            )
+            await browser.open(f"{server.url}/artifacts/artifact/{found['id']}")
+            await browser.wait_for_text(key, "Task Run", timeout_s=60)
+            await asyncio.sleep(1)
+            targets[key] = [str(h) for h in await browser.evaluate(hrefs_js)]
+            if key == "ddp-spirals-endpoint":
+                artifact = await browser.text()
+                await browser.screenshot(folder / "prefect-chain-endpoint.png", height=385)
+        # Followed: the endpoint answers with the served model's V2 metadata.
+        await browser.open(targets["ddp-spirals-endpoint"][0])
+        await browser.wait_for_text("ddp-spirals", timeout_s=60)
+        # Chromium shows a JSON answer in a <pre> (with a pretty-print switch above it).
+        endpoint = str(
+            await browser.evaluate("(document.querySelector('pre') || document.body).innerText")
+        )
+    return ChainPage(page, targets, artifact, endpoint)
+
+
+def look_at_the_chain(server: PrefectServer, work: Path) -> None:
+    """Run the train-and-serve chain, look at its page, save its screenshots, say its links."""
+    chain = start_chain(server, work / "chain")
+    try:
+        page = asyncio.run(look_at_chain(server, chain, IMAGES))
+    finally:
+        stop_chain(chain.process)
+    for key, targets in page.targets.items():
+        print(f"link {key}: {targets}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the check and save the screenshots under docs/images/.
+
+    ``--chain`` takes the train-and-serve chain's screenshots only (no test bed needed).
+    """
+    import argparse
+
     from kubedl_prefect.testbed.testbed import Testbed
 
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--chain", action="store_true", help="only the chain's screenshots")
+    args = parser.parse_args(argv)
+    if args.chain:
+        with (
+            tempfile.TemporaryDirectory(prefix="kubedl-prefect-ui-") as work,
+            prefect_server(Path(work)) as server,
+        ):
+            look_at_the_chain(server, Path(work))
+        return
     testbed = Testbed(os.environ.get("KUBEDL_PREFECT_TESTBED", "default"))
     namespace = f"ui-check-{uuid.uuid4().hex[:6]}"
     testbed.create_namespace(namespace, labels={"kubedl-prefect.io/test": "true"})
@@ -795,6 +1040,8 @@ def main() -> None:
                 print(f"graph: artifact badges at x={seen.badges}, event markers {seen.markers}")
                 for text in seen.artifacts:
                     print("artifact panel:", text[-300:].replace("\n", " | "))
+                # The whole train-and-serve chain (make demo's): its links, one followed.
+                look_at_the_chain(server, home)
                 for image in sorted(IMAGES.glob("prefect-*.png")):
                     print(f"saved {image.relative_to(ROOT)}")
     finally:
