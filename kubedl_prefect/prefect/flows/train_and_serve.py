@@ -244,7 +244,8 @@ def train_and_serve(
     return TrainAndServeResult(training, version, resolved, decision, manifest, local=local)
 
 
-@task(name="serve-locally", cache_policy=NO_CACHE)
+# Never persisted: the result is a running server (a process and an HTTP client).
+@task(name="serve-locally", cache_policy=NO_CACHE, persist_result=False)
 def _serve_locally(mlflow: MlflowRegistry, model_uri: str, name: str) -> LocalModelServer:
     """Serve ``model_uri`` on this machine (MLServer, the runtime kserve-mlserver runs).
 
