@@ -3,7 +3,6 @@ Python data without bounds."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -198,19 +197,15 @@ def shared_dict(levels: int) -> dict[str, Any]:
 
 def test_a_shared_reference_bomb_is_refused_at_once() -> None:
     data = minimal(podTemplate={"spec": {"bomb": shared_dict(40)}})
-    start = time.perf_counter()
-    error = refused(data)
-    assert time.perf_counter() - start < 2
+    error = refused(data)  # 2**40 leaves: only a count that stops at the limit returns at all
     (issue,) = error.issues
     assert f"more than {MAX_NODES:,} nodes" in issue.problem
     assert "counted each time it is reached" in issue.problem
     assert issue.path.startswith("podTemplate.spec.bomb.")
-    start = time.perf_counter()
     with pytest.raises(ValidationError, match="nodes"):
         TrainingJobSpec.model_validate(data)
     with pytest.raises(ValidationError, match="nodes"):
         RoleSpec(pod_template={"spec": {"bomb": shared_dict(40)}})
-    assert time.perf_counter() - start < 4
 
 
 def test_a_manifest_given_as_python_data_is_bounded_too() -> None:
@@ -220,10 +215,8 @@ def test_a_manifest_given_as_python_data_is_bounded_too() -> None:
         "metadata": {"name": "bomb"},
         "spec": shared_dict(40),
     }
-    start = time.perf_counter()
     with pytest.raises(SpecError, match=f"the manifest has more than {MAX_NODES:,} nodes"):
         import_manifest(manifest)
-    assert time.perf_counter() - start < 2
 
 
 def test_python_data_has_the_yaml_depth_limit() -> None:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from spec_helpers import minimal
 
 from kubedl_prefect.errors import SpecError
-from kubedl_prefect.spec import dump_spec, load_spec, loads_spec, parse_spec, render
+from kubedl_prefect.spec import dump_spec, load_spec, loads_spec, parse_spec, reader, render
 from kubedl_prefect.spec.reader import (
     MAX_DEPTH,
     MAX_NODES,
@@ -40,10 +40,7 @@ def alias_bomb(levels: int = 9, width: int = 9) -> str:
 def test_an_alias_bomb_is_refused_at_once() -> None:
     bomb = alias_bomb()
     assert len(bomb) < 700
-    start = time.perf_counter()
-    error = refused(bomb)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 0.2
+    error = refused(bomb)  # 9**9 scalars once expanded: only a count that stops returns
     (issue,) = error.issues
     assert issue.path == "(yaml)"
     assert f"more than {MAX_NODES:,} nodes once its aliases are expanded" in issue.problem
@@ -63,40 +60,49 @@ def test_recursive_aliases_and_deep_nesting_are_refused() -> None:
     (issue,) = refused(deep).issues
     assert f"deeper than {MAX_DEPTH} levels" in issue.problem
     deeper = SPEC + "podTemplate: {spec: {x: " + "[" * 100_000 + "]" * 100_000 + "}}\n"
-    start = time.perf_counter()
     (issue,) = refused(deeper).issues
-    assert time.perf_counter() - start < 0.2
     assert "nest" in issue.problem
     assert "flatten" in issue.fix
 
 
-def test_an_oversize_spec_is_refused_without_being_read(tmp_path: Path) -> None:
+def test_an_oversize_spec_is_refused_without_being_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     big = tmp_path / "big.yaml"
     with big.open("w", encoding="utf-8") as handle:
         handle.write(SPEC)
         handle.write("env:\n")
         for index in range(400_000):  # about 10 MiB
             handle.write(f"  VAR_{index}: value\n")
-    start = time.perf_counter()
+    reads: list[int] = []
+    real_open = Path.open
+
+    def counting_open(self: Path, *args: Any, **kwargs: Any) -> Any:
+        handle = real_open(self, *args, **kwargs)
+        real_read = handle.read
+        handle.read = lambda size=-1: reads.append(size) or real_read(size)  # type: ignore[method-assign]
+        return handle
+
+    monkeypatch.setattr(Path, "open", counting_open)
+    monkeypatch.setattr(reader, "_Composer", None)  # parsing it at all would raise TypeError
     with pytest.raises(SpecError) as info:
         load_spec(big)
-    assert time.perf_counter() - start < 0.2
+    assert reads == [MAX_SPEC_BYTES + 1]  # one bounded read, not the 10 MiB
     (issue,) = info.value.issues
     assert issue.path == "(file)"
     assert f"at most {MAX_SPEC_BYTES // 1024} KiB are accepted" in issue.problem
     assert "MiB" in issue.problem
-    start = time.perf_counter()
+    monkeypatch.undo()
+    text = big.read_text(encoding="utf-8")
+    monkeypatch.setattr(reader, "_Composer", None)
     with pytest.raises(SpecError, match="at most 256 KiB"):
-        loads_spec(big.read_text(encoding="utf-8"))
-    assert time.perf_counter() - start < 0.5
+        loads_spec(text)  # refused by its size before any parsing
 
 
 def test_a_spec_at_the_limit_reads_quickly() -> None:
     text = SPEC + "env:\n" + "".join(f"  VAR_{i}: value-{i}\n" for i in range(10_000))
     assert len(text.encode()) < MAX_SPEC_BYTES
-    start = time.perf_counter()
-    spec = loads_spec(text)
-    assert time.perf_counter() - start < 3
+    spec = loads_spec(text)  # its speed is bench material, not a test's
     assert spec.env is not None
     assert len(spec.env) == 10_000
 
