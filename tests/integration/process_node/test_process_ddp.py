@@ -54,6 +54,7 @@ from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.process_node.conftest import NewClaim
 from tests.support.mlflow_server import MlflowServer
+from tests.support.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.long, pytest.mark.timeout(900)]
 
@@ -89,19 +90,6 @@ def example_spec() -> Obj:
     raw["nodeSelector"] = {PROCESS_NODE_LABEL: "true"}
     raw["tolerations"] = [{"key": PROCESS_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}]
     return raw
-
-
-async def until(what: str, check: Any, within_s: float) -> Any:
-    """The first truthy value of the coroutine function ``check`` (polled every second)."""
-    last: Any = None
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within_s):
-            while True:
-                last = await check()
-                if last:
-                    return last
-                await asyncio.sleep(1.0)
-    raise AssertionError(f"{what} did not happen within {within_s:g}s (last: {last!r})")
 
 
 def training_process(run_id: str, rank: str) -> psutil.Process | None:
@@ -176,7 +164,7 @@ async def test_the_ddp_example_trains_resumes_after_a_kill_and_logs_to_mlflow(
                     return pod
             return None
 
-        first = await until("the first checkpoint", checkpointed, within_s=420)
+        first = await until("the first checkpoint", checkpointed, within_s=420, every_s=1.0)
         first_uid = first["metadata"]["uid"]
         victim = await asyncio.to_thread(training_process, run_id, "0")
         assert victim is not None, "the master's training process is not running"
@@ -195,7 +183,7 @@ async def test_the_ddp_example_trains_resumes_after_a_kill_and_logs_to_mlflow(
                     return pod
             return None
 
-        second = await until("the operator's new master pod", recreated, within_s=180)
+        second = await until("the operator's new master pod", recreated, within_s=180, every_s=1.0)
         outcome = await backend.wait_completed(ref)
         resource = job_resource(dialect, Framework.PYTORCH)
         kind = ResourceKind(resource.group, resource.version, resource.kind, resource.plural)

@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from kubedl_prefect.testbed.nodeagent.node import PROCESS_NODE_LABEL
 from kubedl_prefect.testbed.nodeagent.provisioner import PERSISTENT_VOLUMES
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.process_node.conftest import NewClaim
+from tests.support.polling import until
 
 pytestmark = [
     pytest.mark.integration,
@@ -110,19 +111,6 @@ def high_spec() -> Obj:
             "kueue": {"queue": LOCAL_QUEUE, "priorityClass": "high"},
         }
     )
-
-
-async def until(what: str, check: Callable[[], Awaitable[Any]], within_s: float) -> Any:
-    """The first truthy value of ``check()`` (polled every half second)."""
-    last: Any = None
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within_s):
-            while True:
-                last = await check()
-                if last:
-                    return last
-                await asyncio.sleep(0.5)
-    raise AssertionError(f"{what} did not happen within {within_s:g}s (last: {last!r})")
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ next one reads. Deleting the claim deletes the volume and its folder. About 10 s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -26,23 +25,11 @@ from kubedl_prefect.testbed.nodeagent.provisioner import (
 from kubedl_prefect.testbed.testbed import Testbed
 from tests.integration.process_node.conftest import NewClaim
 from tests.integration.process_node.test_process_pods import log_of, phase_is, pod, wait_pod
+from tests.support.polling import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 Obj = dict[str, Any]
-
-
-async def until(what: str, check: Any, within_s: float = 30.0) -> Any:
-    """The first truthy value of the coroutine function ``check`` (polled every 0.2 s)."""
-    last: Any = None
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within_s):
-            while True:
-                last = await check()
-                if last:
-                    return last
-                await asyncio.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {within_s:g}s (last: {last!r})")
 
 
 async def test_a_claim_is_provisioned_bound_mounted_shared_and_reclaimed(
@@ -54,7 +41,7 @@ async def test_a_claim_is_provisioned_bound_mounted_shared_and_reclaimed(
         found = await kube.get(PERSISTENT_VOLUME_CLAIMS, namespace, "data")
         return found if (found.get("status") or {}).get("phase") == "Bound" else None
 
-    bound_claim = await until("the claim's binding", bound)
+    bound_claim = await until("the claim's binding", bound, every_s=0.2)
     volume = await kube.get(PERSISTENT_VOLUMES, None, bound_claim["spec"]["volumeName"])
     folder = Path(volume["spec"]["hostPath"]["path"])
     assert volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"] == PROVISIONER
@@ -127,7 +114,7 @@ async def test_a_claim_is_provisioned_bound_mounted_shared_and_reclaimed(
             return not await asyncio.to_thread(folder.exists)
         return False
 
-    await until("the volume's deletion", reclaimed, within_s=60)
+    await until("the volume's deletion", reclaimed, within_s=60, every_s=0.2)
 
 
 async def test_a_pod_whose_claim_is_missing_is_held_by_the_scheduler(
@@ -151,5 +138,5 @@ async def test_a_pod_whose_claim_is_missing_is_held_by_the_scheduler(
                 return str(condition.get("message", ""))
         return ""
 
-    message = await until("the scheduler's verdict", unschedulable)
+    message = await until("the scheduler's verdict", unschedulable, every_s=0.2)
     assert 'persistentvolumeclaim "nowhere" not found' in message
