@@ -106,20 +106,25 @@ def versions(torch_installed: None, mlflow_server: MlflowServer) -> Versions:
     client = MlflowClient(mlflow_server.url)
     model = f"clf-{uuid.uuid4().hex[:8]}"
     experiment = client.create_experiment(f"process-kserve-{uuid.uuid4().hex[:8]}")
+
+    def log_version(network: Any, answers: Any, accuracy: float) -> None:
+        """A run with ``accuracy`` that logs ``network`` as the model's next version."""
+        with mlflow.start_run(experiment_id=experiment):
+            mlflow.log_metric("accuracy", accuracy)
+            mlflow.pytorch.log_model(
+                network,
+                name="model",
+                signature=infer_signature(example.numpy(), answers.numpy()),
+                serialization_format="pickle",
+                registered_model_name=model,
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
+            )
+
     mlflow.set_tracking_uri(mlflow_server.url)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # MLflow's advice about pickle and pip versions
-            with mlflow.start_run(experiment_id=experiment):
-                mlflow.log_metric("accuracy", 0.80)
-                mlflow.pytorch.log_model(
-                    net,
-                    name="model",
-                    signature=infer_signature(example.numpy(), logits.numpy()),
-                    serialization_format="pickle",
-                    registered_model_name=model,
-                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
-                )
+            log_version(net, logits, 0.80)
             # Version 2: files whose only flavor no MLflow runtime loads (no python_function).
             with mlflow.start_run(experiment_id=experiment) as run:
                 mlflow.log_metric("accuracy", 0.90)
@@ -134,28 +139,10 @@ def versions(torch_installed: None, mlflow_server: MlflowServer) -> Versions:
             )
             with torch.no_grad():
                 other_logits = other(example)
-            with mlflow.start_run(experiment_id=experiment):
-                mlflow.log_metric("accuracy", 0.95)
-                mlflow.pytorch.log_model(
-                    other,
-                    name="model",
-                    signature=infer_signature(example.numpy(), other_logits.numpy()),
-                    serialization_format="pickle",
-                    registered_model_name=model,
-                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
-                )
+            log_version(other, other_logits, 0.95)
             # Version 4: version 1's network again, retrained to a better score (a candidate
             # that answers as the champion does).
-            with mlflow.start_run(experiment_id=experiment):
-                mlflow.log_metric("accuracy", 0.85)
-                mlflow.pytorch.log_model(
-                    net,
-                    name="model",
-                    signature=infer_signature(example.numpy(), logits.numpy()),
-                    serialization_format="pickle",
-                    registered_model_name=model,
-                    pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "mlflow"],
-                )
+            log_version(net, logits, 0.85)
     finally:
         mlflow.set_tracking_uri(None)
     return Versions(model, logits.tolist(), other_logits.tolist())
