@@ -50,7 +50,10 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kubedl_prefect.kube.resources import ResourceKind
 
 SYSTEMS = ("kubedl-prefect", "kubeflow-sdk", "poll-5s")
 TRAINJOB = "TrainJob"
@@ -251,14 +254,19 @@ async def run_kubedl_prefect(plan: dict[str, Any]) -> None:
     await backend.close()
 
 
-async def run_poll(plan: dict[str, Any]) -> None:
-    from kubedl_prefect.kube.client import KubeClient
+def _job_kind(plan: dict[str, Any]) -> ResourceKind:
+    """The resource of the plan's jobs: Kubeflow v1 PyTorchJobs, or Trainer v2 TrainJobs."""
     from kubedl_prefect.kube.resources import ResourceKind
 
     if plan.get("kind") == TRAINJOB:
-        kind = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-    else:
-        kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+        return ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
+    return ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+
+
+async def run_poll(plan: dict[str, Any]) -> None:
+    from kubedl_prefect.kube.client import KubeClient
+
+    kind = _job_kind(plan)
     namespace = plan["namespace"]
     client = await KubeClient.from_kubeconfig(plan["kubeconfig"])
     seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
@@ -343,13 +351,9 @@ async def admit_kubedl_prefect(plan: dict[str, Any]) -> None:
 async def admit_poll(plan: dict[str, Any]) -> None:
     """A GET of each job every 5 s until Kueue has unsuspended it (its suspend field false)."""
     from kubedl_prefect.kube.client import KubeClient
-    from kubedl_prefect.kube.resources import ResourceKind
     from kubedl_prefect.lifecycle.kubernetes.kueue import suspended
 
-    if plan.get("kind") == TRAINJOB:
-        kind = ResourceKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs")
-    else:
-        kind = ResourceKind("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")
+    kind = _job_kind(plan)
     namespace = plan["namespace"]
     client = await KubeClient.from_kubeconfig(plan["kubeconfig"])
     seen = _Seen(len(plan["jobs"]), asyncio.get_running_loop())
