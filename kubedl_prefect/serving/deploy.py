@@ -5,9 +5,9 @@
 1. renders the manifest (:mod:`.render`) and refuses an invalid one before anything is sent;
 2. reads the live service, if any; a service of that name not managed by kubedl-prefect is left
    alone (refused);
-3. applies the manifest server-side as the field manager ``kubedl-prefect``. The manifest keeps a
-   copy of itself in the annotation :data:`ANNOTATION_APPLIED`, and the last spec that was
-   serving in :data:`ANNOTATION_PREVIOUS`: that is what a rollback restores, from any process;
+3. applies the manifest server-side as the field manager ``kubedl-prefect``, then writes what
+   it applied and the spec that was serving before into the service's record, a ConfigMap it
+   owns (:mod:`.record`): that is what a rollback restores, from any process;
 4. waits until the service is Ready for the applied spec, through the shared watches of the
    InferenceServices and their pods (no polling; see :mod:`.readiness` for what "for the applied
    spec" means without ``observedGeneration``);
@@ -56,6 +56,13 @@ from kubedl_prefect.serving import events
 from kubedl_prefect.serving.diagnosis import server_error, telling_container
 from kubedl_prefect.serving.events import InferenceServiceEvent, ServingCallback
 from kubedl_prefect.serving.readiness import Applied, Readiness, ServingState, readiness
+from kubedl_prefect.serving.record import (
+    LEGACY_ANNOTATION_APPLIED,
+    LEGACY_ANNOTATION_PREVIOUS,
+    ServingRecord,
+    read_record,
+    write_record,
+)
 from kubedl_prefect.serving.render import (
     ISVC_POD_LABEL,
     render_inference_service,
@@ -68,10 +75,6 @@ T = TypeVar("T")
 
 FIELD_MANAGER: Final = "kubedl-prefect"
 """The server-side apply field manager of every service we deploy."""
-ANNOTATION_APPLIED: Final = "kubedl-prefect.io/applied-spec"
-"""The labels, annotations and spec we applied last (JSON)."""
-ANNOTATION_PREVIOUS: Final = "kubedl-prefect.io/previous-spec"
-"""The applied spec that was serving before the current one (JSON): what a rollback restores."""
 
 RollbackCallback = Callable[[], object]
 """Called (in a worker thread) after a failed deployment was rolled back."""
@@ -123,7 +126,7 @@ def _view(manifest: KubeObject) -> dict[str, Any]:
     annotations = {
         k: v
         for k, v in (metadata.get("annotations") or {}).items()
-        if k not in (ANNOTATION_APPLIED, ANNOTATION_PREVIOUS)
+        if k not in (LEGACY_ANNOTATION_APPLIED, LEGACY_ANNOTATION_PREVIOUS)
     }
     return {
         "labels": dict(metadata.get("labels") or {}),
@@ -145,28 +148,29 @@ def _from_view(text: str, namespace: str, name: str) -> KubeObject:
             "name": name,
             "namespace": namespace,
             "labels": view["labels"],
-            "annotations": {**view["annotations"], ANNOTATION_APPLIED: text},
+            "annotations": view["annotations"],
         },
         "spec": view["spec"],
     }
 
 
-def previous_spec(current: KubeObject | None, wanted: KubeObject) -> str | None:
-    """The applied spec a rollback of ``wanted`` would restore, judged from the live ``current``.
+def previous_spec(
+    current: KubeObject | None, record: ServingRecord, wanted: KubeObject
+) -> str | None:
+    """The applied spec a rollback of ``wanted`` would restore (pure).
 
-    A retry of the same deployment keeps what the first try recorded; a change over a service
-    that is Ready records the current spec; over one that is not Ready (an earlier deployment
-    that nobody rolled back), the spec that served before it.
+    Judged from the live ``current`` and its ``record``: a retry of the same deployment keeps
+    what the first try recorded; a change over a service that is Ready records the current
+    spec; over one that is not Ready (an earlier deployment that nobody rolled back), the spec
+    that served before it.
     """
     if current is None:
         return None
-    annotations = current["metadata"].get("annotations") or {}
-    applied = annotations.get(ANNOTATION_APPLIED)
-    if applied == _encode(_view(wanted)) or applied is None:
-        return annotations.get(ANNOTATION_PREVIOUS)
+    if record.applied == _encode(_view(wanted)) or record.applied is None:
+        return record.previous
     if readiness(current, []).state is ServingState.READY:
-        return str(applied)
-    return annotations.get(ANNOTATION_PREVIOUS)
+        return record.applied
+    return record.previous
 
 
 class InferenceServiceDeployer:
@@ -277,14 +281,12 @@ class InferenceServiceDeployer:
         current = await _get(client, namespace, name)
         if current is not None:
             _check_ours(current)
-        previous = previous_spec(current, manifest)
-        annotations = manifest["metadata"]["annotations"]
-        annotations[ANNOTATION_APPLIED] = _encode(_view(manifest))
-        if previous is not None:
-            annotations[ANNOTATION_PREVIOUS] = previous
+        record = ServingRecord.of(current, await read_record(client, namespace, name))
+        previous = previous_spec(current, record, manifest)
         answer = await client.apply(
             INFERENCE_SERVICES, namespace, manifest, field_manager=self.field_manager
         )
+        await write_record(client, answer, ServingRecord(_encode(_view(manifest)), previous))
         before = int((current or {}).get("metadata", {}).get("generation") or 0)
         applied = _applied(answer, changed=current is None or _generation(answer) != before)
         _report(
@@ -397,6 +399,7 @@ class InferenceServiceDeployer:
                     _from_view(previous, namespace, name),
                     field_manager=self.field_manager,
                 )
+                await write_record(client, restored, ServingRecord(previous, None))
                 applied = _applied(restored, changed=True)
                 try:
                     await self._wait(session, namespace, name, applied, timeout_s)

@@ -22,11 +22,18 @@ from typing import Any
 import pytest
 import yaml
 
-from kubedl_prefect.errors import InferenceServiceNotReadyError, ServingError
+from kubedl_prefect.errors import InferenceServiceNotReadyError, NotFoundError, ServingError
 from kubedl_prefect.kube.credentials import KubeconfigFile, connect
-from kubedl_prefect.kube.resources import INFERENCE_SERVICES, PODS, KubeObject, ResourceKind
+from kubedl_prefect.kube.resources import (
+    CONFIG_MAPS,
+    INFERENCE_SERVICES,
+    PODS,
+    KubeObject,
+    ResourceKind,
+)
 from kubedl_prefect.kube.runtime import KubeRuntime
 from kubedl_prefect.serving import (
+    Canary,
     InferenceServiceDeployer,
     InferenceServiceEvent,
     InferenceServiceSpec,
@@ -34,8 +41,14 @@ from kubedl_prefect.serving import (
     ServingResources,
     SyncInferenceServiceDeployer,
 )
-from kubedl_prefect.serving.deploy import ANNOTATION_APPLIED, ANNOTATION_PREVIOUS, FIELD_MANAGER
+from kubedl_prefect.serving.deploy import FIELD_MANAGER
+from kubedl_prefect.serving.record import (
+    LEGACY_ANNOTATION_APPLIED,
+    LEGACY_ANNOTATION_PREVIOUS,
+    record_name,
+)
 from kubedl_prefect.testbed.testbed import Testbed
+from tests.support.polling import until
 
 pytestmark = pytest.mark.integration
 
@@ -111,8 +124,28 @@ async def live(deployer: InferenceServiceDeployer, name: str = "fraud") -> KubeO
     return await deployer.get(name)
 
 
+async def read_as_admin(
+    admin_kubeconfig: Path, kind: ResourceKind, namespace: str, name: str
+) -> KubeObject | None:
+    async def read() -> KubeObject | None:
+        async with await connect(KubeconfigFile(str(admin_kubeconfig))) as client:
+            try:
+                return await client.get(kind, namespace, name)
+            except NotFoundError:
+                return None
+
+    return await KubeRuntime.get().run(read())
+
+
+async def serving_record(admin_kubeconfig: Path, namespace: str) -> dict[str, Any]:
+    """The data of the service's record (the ConfigMap the deployer writes beside it)."""
+    found = await read_as_admin(admin_kubeconfig, CONFIG_MAPS, namespace, record_name("fraud"))
+    assert found is not None
+    return dict(found["data"])
+
+
 async def test_a_new_service_is_applied_and_becomes_ready(
-    deployer: InferenceServiceDeployer, namespace: str
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
 ) -> None:
     seen: list[InferenceServiceEvent] = []
     outcome = await deployer.deploy(service("1"), timeout_s=60, on_event=seen.append)
@@ -138,7 +171,16 @@ async def test_a_new_service_is_applied_and_becomes_ready(
     metadata = obj["metadata"]
     assert metadata["annotations"]["serving.kserve.io/deploymentMode"] == "Standard"
     assert metadata["labels"]["kubedl-prefect.io/model-version"] == "1"
-    assert ANNOTATION_PREVIOUS not in metadata["annotations"]
+    # What a rollback restores is in the record, not in the annotations KServe copies into
+    # the predictor's pod template; nothing served before.
+    assert LEGACY_ANNOTATION_APPLIED not in metadata["annotations"]
+    assert LEGACY_ANNOTATION_PREVIOUS not in metadata["annotations"]
+    record = await serving_record(admin_kubeconfig, namespace)
+    assert (
+        json.loads(record["applied"])["spec"]["predictor"]["model"]["storageUri"]
+        == (model["storageUri"])
+    )
+    assert "previous" not in record
     managers = {entry["manager"] for entry in metadata["managedFields"]}
     assert FIELD_MANAGER in managers
     assert any(
@@ -196,8 +238,39 @@ async def test_deploying_the_same_spec_again_changes_nothing(
     assert again.uid == first.uid
 
 
+async def test_a_canary_coming_and_going_leaves_the_stable_predictor_alone(
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
+) -> None:
+    # KServe makes the stable predictor's Deployment from the service's annotations and its
+    # spec.predictor; a rollback record kept in the annotations changed its pod template when a
+    # canary came or went, and its pods were replaced in the middle of the canary.
+    await deployer.deploy(service("1"), timeout_s=60)
+    stable = await read_as_admin(admin_kubeconfig, DEPLOYMENTS, namespace, "fraud-predictor")
+    assert stable is not None
+
+    with_canary = service(
+        "1", canary=Canary("s3://ml-artifacts/3/models/m-2/artifacts", traffic_percent=20)
+    )
+    await deployer.deploy(with_canary, timeout_s=60)
+    canary = await read_as_admin(admin_kubeconfig, DEPLOYMENTS, namespace, "fraud-canary-predictor")
+    assert canary is not None  # KServe made the canary's own Deployment
+    during = await read_as_admin(admin_kubeconfig, DEPLOYMENTS, namespace, "fraud-predictor")
+    await deployer.deploy(service("1"), timeout_s=60)
+    after = await read_as_admin(admin_kubeconfig, DEPLOYMENTS, namespace, "fraud-predictor")
+
+    for seen in (during, after):
+        assert seen is not None
+        assert seen["metadata"]["uid"] == stable["metadata"]["uid"]
+        assert seen["metadata"]["generation"] == stable["metadata"]["generation"]
+        assert seen["spec"]["template"] == stable["spec"]["template"]
+    record = await serving_record(admin_kubeconfig, namespace)
+    applied = json.loads(record["applied"])
+    assert not applied["spec"].get("canary")
+    assert json.loads(record["previous"])["spec"]["canary"]
+
+
 async def test_a_new_version_replaces_the_old_and_remembers_it(
-    deployer: InferenceServiceDeployer,
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
 ) -> None:
     await deployer.deploy(service("1"), timeout_s=60)
     outcome = await deployer.deploy(service("2"), timeout_s=60)
@@ -205,12 +278,12 @@ async def test_a_new_version_replaces_the_old_and_remembers_it(
     obj = await live(deployer)
     assert obj is not None
     assert obj["spec"]["predictor"]["model"]["storageUri"].endswith("/m-2/artifacts")
-    previous = json.loads(obj["metadata"]["annotations"][ANNOTATION_PREVIOUS])
+    previous = json.loads((await serving_record(admin_kubeconfig, namespace))["previous"])
     assert previous["spec"]["predictor"]["model"]["storageUri"].endswith("/m-1/artifacts")
 
 
 async def test_a_version_no_runtime_supports_is_rolled_back_with_kserves_reason(
-    deployer: InferenceServiceDeployer,
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
 ) -> None:
     await deployer.deploy(service("1"), timeout_s=60)
     restored: list[str] = []
@@ -240,14 +313,15 @@ async def test_a_version_no_runtime_supports_is_rolled_back_with_kserves_reason(
     assert model["modelFormat"] == {"name": "mlflow"}
     annotations = obj["metadata"]["annotations"]
     assert annotations["kubedl-prefect.io/model-uri"] == "models:/fraud/1"
-    assert ANNOTATION_PREVIOUS not in annotations
+    record = await serving_record(admin_kubeconfig, namespace)
+    assert "previous" not in record  # restored: nothing served before it
     # What we applied, but for what KServe's own defaulter (registered, as on a cluster)
     # writes into a model that names no resources (empty ones) and the container's empty name.
     spec = copy.deepcopy(obj["spec"])
     model = spec["predictor"]["model"]
     assert model.pop("resources") == KSERVE_NO_RESOURCES
     assert model.pop("name", "") == ""
-    assert json.loads(annotations[ANNOTATION_APPLIED])["spec"] == spec
+    assert json.loads(record["applied"])["spec"] == spec
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions["Ready"] == "True"
     assert obj["status"]["clusterServingRuntimeName"] == "kserve-mlserver"
@@ -275,7 +349,7 @@ async def test_a_rollout_that_never_completes_times_out_and_rolls_back(
 
 
 async def test_a_first_deployment_that_fails_leaves_nothing_behind(
-    deployer: InferenceServiceDeployer,
+    deployer: InferenceServiceDeployer, admin_kubeconfig: Path, namespace: str
 ) -> None:
     with pytest.raises(InferenceServiceNotReadyError) as caught:
         await deployer.deploy(service("1", **UNSUPPORTED), timeout_s=60)
@@ -287,6 +361,12 @@ async def test_a_first_deployment_that_fails_leaves_nothing_behind(
             break
         await asyncio.sleep(0.1)
     assert await live(deployer) is None
+
+    async def record_gone() -> bool:  # the garbage collector deletes it with its owner
+        name = record_name("fraud")
+        return await read_as_admin(admin_kubeconfig, CONFIG_MAPS, namespace, name) is None
+
+    await until("the record deleted with its service", record_gone, within_s=30, every_s=0.2)
 
 
 async def test_a_service_that_is_not_ours_is_left_alone(

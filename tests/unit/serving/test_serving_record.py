@@ -1,0 +1,251 @@
+"""The serving record: what a rollback restores, kept in a ConfigMap the InferenceService owns.
+
+Against the in-memory API server, with a small stand-in for KServe's controller that reports each
+applied generation Ready, or failed when its model's location says ``broken``. The record used to
+be two annotations of the InferenceService, which KServe copies into the predictors' pod
+templates: the first test shows that a canary no longer changes what the stable predictor's
+template is made from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import doctest
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import kubedl_prefect.serving.record as record_module
+from kubedl_prefect.errors import InferenceServiceNotReadyError, ServingError
+from kubedl_prefect.kube.resources import CONFIG_MAPS, INFERENCE_SERVICES, KubeObject
+from kubedl_prefect.serving import Canary, InferenceServiceDeployer, InferenceServiceSpec
+from kubedl_prefect.serving.record import (
+    LEGACY_ANNOTATION_APPLIED,
+    LEGACY_ANNOTATION_PREVIOUS,
+    ServingRecord,
+    record_name,
+)
+from tests.support.fakeapi import FakeKubeAPI
+from tests.support.polling import until
+
+NAMESPACE = "ml"
+RECORD = record_name("clf")
+
+
+async def play_kserve(api: FakeKubeAPI) -> None:
+    """Report each new generation Ready (its canary too), or ReconcileFailed for ``broken``."""
+    seen: dict[str, int] = {}
+    while True:
+        for isvc in api.store.list(INFERENCE_SERVICES, NAMESPACE):
+            name, generation = isvc["metadata"]["name"], isvc["metadata"]["generation"]
+            if seen.get(name) == generation:
+                continue
+            seen[name] = generation
+            broken = "broken" in isvc["spec"]["predictor"]["model"]["storageUri"]
+            ready = {"type": "Ready", "status": "False" if broken else "True"}
+            if broken:
+                ready.update(reason="ReconcileFailed", message="the model cannot be loaded")
+            canaries = [
+                {"name": c["predictor"]["name"], "ready": True, "trafficPercent": 20}
+                for c in isvc["spec"].get("canary") or []
+            ]
+            status = {
+                "observedGeneration": generation,
+                "conditions": [ready],
+                "canaryStatuses": canaries or None,
+            }
+            api.store.merge(INFERENCE_SERVICES, NAMESPACE, name, {"status": status})
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def deployer(fake_api: FakeKubeAPI) -> AsyncIterator[InferenceServiceDeployer]:
+    task = asyncio.create_task(play_kserve(fake_api))
+    made = InferenceServiceDeployer(namespace=NAMESPACE, credentials=fake_api.credentials)
+    try:
+        yield made
+    finally:
+        await made.close()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def spec(version: str, *, canary: str | None = None) -> InferenceServiceSpec:
+    return InferenceServiceSpec(
+        name="clf",
+        storage_uri=f"s3://ml/{version}/artifacts",
+        canary=Canary(f"s3://ml/{canary}/artifacts", traffic_percent=20) if canary else None,
+    )
+
+
+def live(api: FakeKubeAPI) -> KubeObject:
+    found = api.store.get(INFERENCE_SERVICES, NAMESPACE, "clf")
+    assert found is not None
+    return found
+
+
+def record(api: FakeKubeAPI) -> KubeObject | None:
+    return api.store.get(CONFIG_MAPS, NAMESPACE, RECORD)
+
+
+def uri(view: str | None) -> str:
+    assert view is not None
+    return str(json.loads(view)["spec"]["predictor"]["model"]["storageUri"])
+
+
+async def test_a_canary_leaves_what_kserve_copies_into_the_stable_pods_unchanged(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    before = live(fake_api)
+    await deployer.deploy(spec("v1", canary="v2"), timeout_s=10)
+    with_canary = live(fake_api)
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    after = live(fake_api)
+
+    # KServe makes the stable predictor's pod template from the service's annotations and its
+    # spec.predictor: neither changes while a canary comes and goes.
+    for obj in (with_canary, after):
+        assert obj["metadata"]["annotations"] == before["metadata"]["annotations"]
+        assert obj["spec"]["predictor"] == before["spec"]["predictor"]
+    assert with_canary["spec"]["canary"]
+    annotations = before["metadata"]["annotations"]
+    assert LEGACY_ANNOTATION_APPLIED not in annotations
+    assert LEGACY_ANNOTATION_PREVIOUS not in annotations
+
+
+async def test_the_record_holds_the_applied_and_the_previous_spec_and_is_owned_by_the_service(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    first = record(fake_api)
+    assert first is not None
+    assert uri(first["data"]["applied"]) == "s3://ml/v1/artifacts"
+    assert "previous" not in first["data"]  # nothing served before
+
+    await deployer.deploy(spec("v2"), timeout_s=10)
+    second = record(fake_api)
+    assert second is not None
+    assert uri(second["data"]["applied"]) == "s3://ml/v2/artifacts"
+    assert uri(second["data"]["previous"]) == "s3://ml/v1/artifacts"
+    labels = second["metadata"]["labels"]
+    assert labels["kubedl-prefect.io/serving-record"] == "true"
+    assert labels["kubedl-prefect.io/inference-service"] == "clf"
+    assert labels["app.kubernetes.io/managed-by"] == "kubedl-prefect"
+    (owner,) = second["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["name"]) == ("InferenceService", "clf")
+    assert owner["uid"] == live(fake_api)["metadata"]["uid"]
+
+
+async def test_a_failed_version_restores_the_recorded_spec_and_records_it_again(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await deployer.deploy(spec("broken"), timeout_s=10, rollback_timeout_s=10)
+
+    assert caught.value.rolled_back
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    assert live(fake_api)["spec"]["predictor"]["model"]["storageUri"] == "s3://ml/v1/artifacts"
+    restored = record(fake_api)
+    assert restored is not None
+    assert uri(restored["data"]["applied"]) == "s3://ml/v1/artifacts"
+    assert "previous" not in restored["data"]
+
+
+async def test_a_new_service_that_fails_is_deleted_and_its_record_with_it(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await deployer.deploy(spec("broken"), timeout_s=10)
+
+    assert "nothing was serving before, so the new service was deleted" in caught.value.message
+    assert record(fake_api) is None
+
+
+async def test_the_record_goes_with_its_service(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    assert record(fake_api) is not None
+    await deployer.delete("clf")
+    assert record(fake_api) is None
+
+
+async def test_a_configmap_of_that_name_that_is_not_a_record_refuses_the_deployment(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": RECORD, "namespace": NAMESPACE},
+        "data": {"applied": "theirs"},
+    }
+    fake_api.store.create(theirs, CONFIG_MAPS)
+
+    with pytest.raises(ServingError) as caught:
+        await deployer.deploy(spec("v1"), timeout_s=10)
+
+    assert f"ConfigMap {NAMESPACE}/{RECORD} exists and is not kubedl-prefect's" in str(caught.value)
+    assert "nothing was applied" in str(caught.value)
+    assert fake_api.store.get(INFERENCE_SERVICES, NAMESPACE, "clf") is None
+    still = record(fake_api)
+    assert still is not None
+    assert still["data"] == {"applied": "theirs"}
+
+
+async def test_a_service_of_an_earlier_release_rolls_back_to_its_annotated_spec(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    # Deployed by a release that kept the record in annotations: the applied v1, Ready.
+    manifest = deployer.manifest(spec("v1"))
+    view = {
+        "labels": manifest["metadata"]["labels"],
+        "annotations": manifest["metadata"]["annotations"],
+        "spec": manifest["spec"],
+    }
+    annotated = json.dumps(view, sort_keys=True, separators=(",", ":"))
+    manifest["metadata"]["annotations"][LEGACY_ANNOTATION_APPLIED] = annotated
+    fake_api.store.create(manifest, INFERENCE_SERVICES)
+
+    async def reported() -> object:  # KServe's stand-in reports it Ready
+        return live(fake_api).get("status")
+
+    await until("KServe's stand-in reports v1", reported, within_s=10, every_s=0.02)
+
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await deployer.deploy(spec("broken"), timeout_s=10, rollback_timeout_s=10)
+
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    assert live(fake_api)["spec"]["predictor"]["model"]["storageUri"] == "s3://ml/v1/artifacts"
+
+
+def test_a_record_owned_by_another_uid_is_not_the_services() -> None:
+    service = {"metadata": {"name": "clf", "uid": "new", "annotations": {}}}
+    stale = {
+        "metadata": {"ownerReferences": [{"uid": "old"}]},
+        "data": {"applied": "{}", "previous": "{}"},
+    }
+    assert ServingRecord.of(service, stale) == ServingRecord(None, None)
+    mine = {"metadata": {"ownerReferences": [{"uid": "new"}]}, "data": {"applied": "a"}}
+    assert ServingRecord.of(service, mine) == ServingRecord("a", None)
+    assert ServingRecord.of(None, mine) == ServingRecord(None, None)
+
+
+def test_annotations_of_an_earlier_release_are_read_when_there_is_no_record() -> None:
+    annotations: dict[str, Any] = {
+        LEGACY_ANNOTATION_APPLIED: "a",
+        LEGACY_ANNOTATION_PREVIOUS: "p",
+    }
+    service = {"metadata": {"name": "clf", "uid": "u", "annotations": annotations}}
+    assert ServingRecord.of(service, None) == ServingRecord("a", "p")
+
+
+def test_the_record_modules_examples_run() -> None:
+    result = doctest.testmod(record_module)
+    assert result.attempted >= 2
+    assert result.failed == 0
