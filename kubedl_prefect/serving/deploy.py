@@ -241,6 +241,7 @@ class InferenceServiceDeployer:
         rollback_timeout_s: float = 300.0,
         on_event: ServingCallback | None = None,
         on_rollback: RollbackCallback | None = None,
+        restore: InferenceServiceSpec | None = None,
     ) -> ServingOutcome:
         """Apply ``service`` and wait until it is Ready; roll back if it is not.
 
@@ -250,6 +251,8 @@ class InferenceServiceDeployer:
             rollback_timeout_s: How long the restored spec may take to become Ready again.
             on_event: Called with each :class:`~.events.InferenceServiceEvent`.
             on_rollback: Called after a rollback (e.g. to restore the registry alias).
+            restore: What a rollback restores, when not the spec that serves now (a promoted
+                canary restores the stable model alone, not the stable model with its canary).
 
         Raises:
             InferenceServiceSpecError: ``service`` is invalid (nothing was applied).
@@ -259,10 +262,23 @@ class InferenceServiceDeployer:
             KubeAPIError: The API server refused the apply (RBAC, schema).
         """
         manifest = self.manifest(service)
+        restored = None if restore is None else _encode(_view(self.manifest(restore)))
+        if restore is not None and restore.name != service.name:
+            raise KubeDLPrefectError(
+                f"InferenceServiceDeployer.deploy refused: restore names {restore.name!r}, "
+                f"not the service {service.name!r} it would restore",
+                hint="pass the earlier spec of the same service as restore",
+            )
         async with delivered(on_event, f"events of {service.name}") as callback:
             return await self._on_runtime(
                 self._deploy(
-                    manifest, service, timeout_s, rollback_timeout_s, callback, on_rollback
+                    manifest,
+                    service,
+                    timeout_s,
+                    rollback_timeout_s,
+                    callback,
+                    on_rollback,
+                    restored,
                 )
             )
 
@@ -274,6 +290,7 @@ class InferenceServiceDeployer:
         rollback_timeout_s: float,
         emit: Callable[[InferenceServiceEvent], None] | None,
         on_rollback: RollbackCallback | None,
+        restore: str | None,
     ) -> ServingOutcome:
         session = await self._sessions.session()
         client = session.client
@@ -282,7 +299,7 @@ class InferenceServiceDeployer:
         if current is not None:
             _check_ours(current)
         record = ServingRecord.of(current, await read_record(client, namespace, name))
-        previous = previous_spec(current, record, manifest)
+        previous = previous_spec(current, record, manifest) if restore is None else restore
         answer = await client.apply(
             INFERENCE_SERVICES, namespace, manifest, field_manager=self.field_manager
         )
@@ -623,6 +640,7 @@ class SyncInferenceServiceDeployer:
         rollback_timeout_s: float = 300.0,
         on_event: ServingCallback | None = None,
         on_rollback: RollbackCallback | None = None,
+        restore: InferenceServiceSpec | None = None,
     ) -> ServingOutcome:
         """Blocking :meth:`InferenceServiceDeployer.deploy`."""
         return self._run(
@@ -632,6 +650,7 @@ class SyncInferenceServiceDeployer:
                 rollback_timeout_s=rollback_timeout_s,
                 on_event=on_event,
                 on_rollback=on_rollback,
+                restore=restore,
             )
         )
 

@@ -13,8 +13,9 @@
    candidate's (``<name>-<canary name>-predictor``), and keeps each answer's outputs flattened,
    ``None`` for a request that failed (no connection, a timeout, an HTTP error, no outputs);
 4. decides with the pure :func:`~.canary.canary_verdict` and :class:`~.canary.CanaryCheck`;
-5. promotes (deploys the candidate as the stable model, without a canary) or rolls back
-   (deploys the stable model alone again, then calls ``on_rollback``: the registry's
+5. promotes (deploys the candidate as the stable model, without a canary; if that fails, the
+   deployment restores the stable model alone, not the stable model with its canary) or rolls
+   back (deploys the stable model alone again, then calls ``on_rollback``: the registry's
    ``restore_alias``, so the champion alias names what serves).
 
 Where the Services are reached: ``address(service)`` gives a Service's base URL. By default it is
@@ -280,7 +281,11 @@ async def arun_canary(
             service, storage_uri=candidate.storage_uri, link=candidate.link, canary=None
         )
         serving = await deployer.deploy(
-            promoted, timeout_s=timeout_s, on_event=on_event, on_rollback=on_rollback
+            promoted,
+            timeout_s=timeout_s,
+            on_event=on_event,
+            on_rollback=on_rollback,
+            restore=replace(service, canary=None),  # the stable model alone, not its canary
         )
     else:
         try:

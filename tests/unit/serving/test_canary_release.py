@@ -43,6 +43,8 @@ class Kserve:
 
     api: FakeKubeAPI
     canary_ready: bool = True
+    failing_stable_uri: str | None = None
+    """A model that fails as the stable predictor (``ReconcileFailed``), whatever its canary."""
     specs: list[dict[str, Any]] = field(default_factory=list)
 
     async def run(self) -> None:
@@ -60,9 +62,11 @@ class Kserve:
 
     def status(self, isvc: dict[str, Any]) -> dict[str, Any]:
         name = isvc["metadata"]["name"]
-        conditions = [
+        conditions: list[dict[str, str]] = [
             {"type": kind, "status": "True"} for kind in ("Ready", "PredictorReady", "IngressReady")
         ]
+        if isvc["spec"]["predictor"]["model"]["storageUri"] == self.failing_stable_uri:
+            conditions[0] = {"type": "Ready", "status": "False", "reason": "ReconcileFailed"}
         status: dict[str, Any] = {
             "url": f"http://{name}-{NAMESPACE}.example.com",
             "address": {"url": f"http://{name}-predictor.{NAMESPACE}.svc.cluster.local"},
@@ -229,6 +233,24 @@ async def test_a_candidate_that_differs_or_errors_is_rolled_back(
     assert outcome.serving.storage_uri == STABLE_URI
     assert bed.rollbacks == ["alias restored"]
     assert list(outcome.stable) == [[1.0], [2.0], [3.0], [4.0]]
+
+
+async def test_a_promoted_candidate_that_fails_restores_the_stable_model_alone(bed: Bed) -> None:
+    # It answered well as the canary, but as the stable predictor it does not become Ready:
+    # the rollback restores what served before the release, not the release's canary.
+    bed.kserve.failing_stable_uri = CANDIDATE_URI
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await release(bed)
+    assert caught.value.rolled_back
+    assert caught.value.reason == "ReconcileFailed"
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    assert [model({"spec": s}) for s in bed.kserve.specs[1:]] == [
+        (STABLE_URI, True),
+        (CANDIDATE_URI, False),
+        (STABLE_URI, False),
+    ]
+    assert model(bed.live()) == (STABLE_URI, False)
+    assert bed.rollbacks == ["alias restored"]
 
 
 async def test_a_stable_model_that_does_not_answer_promotes_nothing(bed: Bed) -> None:

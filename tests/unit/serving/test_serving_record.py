@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 import kubedl_prefect.serving.record as record_module
-from kubedl_prefect.errors import InferenceServiceNotReadyError, ServingError
+from kubedl_prefect.errors import InferenceServiceNotReadyError, KubeDLPrefectError, ServingError
 from kubedl_prefect.kube.resources import CONFIG_MAPS, INFERENCE_SERVICES, KubeObject
 from kubedl_prefect.serving import Canary, InferenceServiceDeployer, InferenceServiceSpec
 from kubedl_prefect.serving.record import (
@@ -249,3 +249,25 @@ def test_the_record_modules_examples_run() -> None:
     result = doctest.testmod(record_module)
     assert result.attempted >= 2
     assert result.failed == 0
+
+
+async def test_a_rollback_restores_what_restore_names_instead_of_what_serves(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    await deployer.deploy(spec("v1", canary="v2"), timeout_s=10)
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await deployer.deploy(
+            spec("broken"), timeout_s=10, rollback_timeout_s=10, restore=spec("v1")
+        )
+
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    served = live(fake_api)["spec"]
+    assert served["predictor"]["model"]["storageUri"] == "s3://ml/v1/artifacts"
+    assert not served.get("canary")  # what restore named, not the spec with its canary
+
+
+async def test_restore_must_name_the_same_service(deployer: InferenceServiceDeployer) -> None:
+    other = InferenceServiceSpec(name="other", storage_uri="s3://ml/v1/artifacts")
+    with pytest.raises(KubeDLPrefectError, match="restore names 'other'"):
+        await deployer.deploy(spec("v2"), timeout_s=10, restore=other)
