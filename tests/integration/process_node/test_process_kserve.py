@@ -272,6 +272,14 @@ async def test_kserves_own_predictor_pod_serves_then_a_version_mlserver_cannot_l
         assert row == pytest.approx(expected, abs=1e-5)
 
 
+async def stable_pods(kube: KubeClient, namespace: str) -> set[str]:
+    """The uids of the stable predictor's pods (KServe's ``app`` label), not being deleted."""
+    listed = await kube.list(PODS, namespace, label_selector="app=isvc.clf-predictor")
+    return {
+        p["metadata"]["uid"] for p in listed.items if not p["metadata"].get("deletionTimestamp")
+    }
+
+
 async def test_a_canary_on_real_pods_is_promoted_when_it_passes_and_rolled_back_when_not(
     process_node: Testbed,
     kube: KubeClient,
@@ -329,6 +337,8 @@ async def test_a_canary_on_real_pods_is_promoted_when_it_passes_and_rolled_back_
     # the champion's by more than max_difference: rolled back, alias restored.
     bad = await asyncio.to_thread(registry.evaluate, model, "3", POLICY)
     assert bad.promoted
+    champion_pods = await stable_pods(kube, namespace)
+    assert champion_pods
     seen.clear()
     outcome = await arun_canary(
         deployer,
@@ -359,6 +369,8 @@ async def test_a_canary_on_real_pods_is_promoted_when_it_passes_and_rolled_back_
     for row, expected in zip(served, versions.logits, strict=True):
         assert row == pytest.approx(expected, abs=1e-5)
     await forwarded(process_node, namespace, "clf-canary-predictor", ready=False, within_s=120)
+    # The champion's pods served throughout: the canary came and went without replacing them.
+    assert await stable_pods(kube, namespace) == champion_pods
 
     # A candidate that errors: version 2 (MLServer cannot load it) crash-loops in the canary's
     # pod, so the deployment with the canary fails and is rolled back before any traffic.
