@@ -1,7 +1,7 @@
 """A canary release against the in-memory API server: each branch of run_canary / arun_canary.
 
-The fake API plays the API server; ``Kserve`` below plays KServe's controller (it reports every
-applied generation Ready, with ``status.canaryStatuses`` for a canary, as v0.20 does); two small
+The fake API plays the API server; ``FakeKserve`` (tests/support) plays KServe's controller (it
+reports every applied generation Ready, with ``status.canaryStatuses`` for a canary); two small
 V2 servers on 127.0.0.1 play the stable and the candidate predictor's Services. The real
 cluster's version is tests/integration/process_node/test_process_kserve.py (long).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -29,65 +29,13 @@ from kubedl_prefect.serving import (
 )
 from kubedl_prefect.serving.release import cluster_address, predictor_service
 from tests.support.fakeapi import FakeKubeAPI
+from tests.support.fakekserve import FakeKserve
 
 NAMESPACE = "ml"
 STABLE_URI = "s3://ml/m-stable/artifacts"
 CANDIDATE_URI = "s3://ml/m-candidate/artifacts"
 ROWS = [[[float(i), 1.0]] for i in range(4)]
 CHECK = CanaryCheck(min_requests=4, max_difference=0.5)
-
-
-@dataclass
-class Kserve:
-    """Reports each applied generation of the InferenceServices Ready (canaries: ``ready``)."""
-
-    api: FakeKubeAPI
-    canary_ready: bool = True
-    failing_stable_uri: str | None = None
-    """A model that fails as the stable predictor (``ReconcileFailed``), whatever its canary."""
-    specs: list[dict[str, Any]] = field(default_factory=list)
-
-    async def run(self) -> None:
-        seen: dict[str, int] = {}
-        while True:
-            for isvc in self.api.store.list(INFERENCE_SERVICES, NAMESPACE):
-                name, generation = isvc["metadata"]["name"], isvc["metadata"]["generation"]
-                if seen.get(name) != generation:
-                    seen[name] = generation
-                    self.specs.append(isvc["spec"])
-                    self.api.store.merge(
-                        INFERENCE_SERVICES, NAMESPACE, name, {"status": self.status(isvc)}
-                    )
-            await asyncio.sleep(0.02)
-
-    def status(self, isvc: dict[str, Any]) -> dict[str, Any]:
-        name = isvc["metadata"]["name"]
-        conditions: list[dict[str, str]] = [
-            {"type": kind, "status": "True"} for kind in ("Ready", "PredictorReady", "IngressReady")
-        ]
-        if isvc["spec"]["predictor"]["model"]["storageUri"] == self.failing_stable_uri:
-            conditions[0] = {"type": "Ready", "status": "False", "reason": "ReconcileFailed"}
-        status: dict[str, Any] = {
-            "url": f"http://{name}-{NAMESPACE}.example.com",
-            "address": {"url": f"http://{name}-predictor.{NAMESPACE}.svc.cluster.local"},
-            "conditions": conditions,
-            "canaryStatuses": None,
-        }
-        canaries = isvc["spec"].get("canary") or []
-        if canaries:
-            ready = self.canary_ready
-            status["canaryStatuses"] = [
-                {"name": c["predictor"]["name"], "ready": ready, "trafficPercent": 50}
-                for c in canaries
-            ]
-            conditions.append(
-                {
-                    "type": "CanaryPredictorReady",
-                    "status": "True" if ready else "False",
-                    "reason": "AllCanariesReady" if ready else "CanariesNotReady",
-                }
-            )
-        return status
 
 
 @dataclass
@@ -135,7 +83,7 @@ async def serving(predictor: Predictor) -> AsyncIterator[Predictor]:
 @dataclass
 class Bed:
     api: FakeKubeAPI
-    kserve: Kserve
+    kserve: FakeKserve
     deployer: InferenceServiceDeployer
     stable: Predictor
     candidate: Predictor
@@ -157,19 +105,18 @@ class Bed:
 
 @pytest.fixture
 async def bed(fake_api: FakeKubeAPI) -> AsyncIterator[Bed]:
-    kserve = Kserve(fake_api)
-    task = asyncio.create_task(kserve.run())
     deployer = InferenceServiceDeployer(namespace=NAMESPACE, credentials=fake_api.credentials)
-    async with serving(Predictor()) as stable, serving(Predictor()) as candidate:
+    async with (
+        FakeKserve(fake_api, NAMESPACE).running() as kserve,
+        serving(Predictor()) as stable,
+        serving(Predictor()) as candidate,
+    ):
         made = Bed(fake_api, kserve, deployer, stable, candidate, [])
         await deployer.deploy(spec(), timeout_s=10)  # the stable model serves
         try:
             yield made
         finally:
             await deployer.close()
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 def spec(*, canary: bool = False) -> InferenceServiceSpec:

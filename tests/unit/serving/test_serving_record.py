@@ -1,7 +1,7 @@
 """The serving record: what a rollback restores, kept in a ConfigMap the InferenceService owns.
 
-Against the in-memory API server, with a small stand-in for KServe's controller that reports each
-applied generation Ready, or failed when its model's location says ``broken``. The record used to
+Against the in-memory API server, with KServe's controller played by ``FakeKserve``
+(tests/support), which fails the ``broken`` model. The record used to
 be two annotations of the InferenceService, which KServe copies into the predictors' pod
 templates: the first test shows that a canary no longer changes what the stable predictor's
 template is made from.
@@ -9,8 +9,6 @@ template is made from.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import doctest
 import json
 from collections.abc import AsyncIterator
@@ -29,49 +27,23 @@ from kubedl_prefect.serving.record import (
     record_name,
 )
 from tests.support.fakeapi import FakeKubeAPI
+from tests.support.fakekserve import FakeKserve
 from tests.support.polling import until
 
 NAMESPACE = "ml"
 RECORD = record_name("clf")
-
-
-async def play_kserve(api: FakeKubeAPI) -> None:
-    """Report each new generation Ready (its canary too), or ReconcileFailed for ``broken``."""
-    seen: dict[str, int] = {}
-    while True:
-        for isvc in api.store.list(INFERENCE_SERVICES, NAMESPACE):
-            name, generation = isvc["metadata"]["name"], isvc["metadata"]["generation"]
-            if seen.get(name) == generation:
-                continue
-            seen[name] = generation
-            broken = "broken" in isvc["spec"]["predictor"]["model"]["storageUri"]
-            ready = {"type": "Ready", "status": "False" if broken else "True"}
-            if broken:
-                ready.update(reason="ReconcileFailed", message="the model cannot be loaded")
-            canaries = [
-                {"name": c["predictor"]["name"], "ready": True, "trafficPercent": 20}
-                for c in isvc["spec"].get("canary") or []
-            ]
-            status = {
-                "observedGeneration": generation,
-                "conditions": [ready],
-                "canaryStatuses": canaries or None,
-            }
-            api.store.merge(INFERENCE_SERVICES, NAMESPACE, name, {"status": status})
-        await asyncio.sleep(0.02)
+BROKEN = "s3://ml/broken/artifacts"
+"""A model KServe's stand-in fails (``ReconcileFailed``)."""
 
 
 @pytest.fixture
 async def deployer(fake_api: FakeKubeAPI) -> AsyncIterator[InferenceServiceDeployer]:
-    task = asyncio.create_task(play_kserve(fake_api))
     made = InferenceServiceDeployer(namespace=NAMESPACE, credentials=fake_api.credentials)
-    try:
-        yield made
-    finally:
-        await made.close()
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    async with FakeKserve(fake_api, NAMESPACE, failing_stable_uri=BROKEN).running():
+        try:
+            yield made
+        finally:
+            await made.close()
 
 
 def spec(version: str, *, canary: str | None = None) -> InferenceServiceSpec:
