@@ -142,6 +142,7 @@ def test_two_replicas_train_hand_the_model_to_mlflow_and_it_is_registered_and_pr
     assert history[-1].value > 0.9  # the spirals are learnt, not guessed (1/3)
 
 
+@pytest.mark.long  # a fault scenario of 34 s, with the restart scenarios in the second phase
 def test_a_replica_killed_with_sigkill_mid_run_is_retried_and_the_epochs_continue(
     torch_installed: None, workspace: Path, tmp_path: Path
 ) -> None:
