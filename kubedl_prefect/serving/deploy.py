@@ -60,6 +60,8 @@ from kubedl_prefect.serving.record import (
     LEGACY_ANNOTATION_APPLIED,
     LEGACY_ANNOTATION_PREVIOUS,
     ServingRecord,
+    foreign_fields,
+    forged,
     read_record,
     write_record,
 )
@@ -300,6 +302,10 @@ class InferenceServiceDeployer:
             _check_ours(current)
         record = ServingRecord.of(current, await read_record(client, namespace, name))
         previous = previous_spec(current, record, manifest) if restore is None else restore
+        if previous is not None and restore is None:
+            fields = foreign_fields(previous)
+            if fields:
+                raise forged(namespace, name, fields)
         answer = await client.apply(
             INFERENCE_SERVICES, namespace, manifest, field_manager=self.field_manager
         )

@@ -29,6 +29,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Final
@@ -43,6 +44,7 @@ from kubedl_prefect.errors import (
 from kubedl_prefect.kube.client import KubeClient
 from kubedl_prefect.kube.labels import LABEL_MANAGED_BY, MANAGED_BY
 from kubedl_prefect.kube.resources import CONFIG_MAPS, INFERENCE_SERVICES, KubeObject
+from kubedl_prefect.serving.render import ANY, RENDERED_SHAPE
 
 logger = logging.getLogger(__name__)
 
@@ -94,12 +96,69 @@ class ServingRecord:
         )
 
 
+def foreign_fields(view: str) -> list[str]:
+    """The fields of a recorded view (JSON) that the renderer never writes; ``[]`` when none.
+
+    A record is a ConfigMap, which more people may write than InferenceServices: a rollback
+    restores only what :func:`~.render.render_inference_service` could have written
+    (:data:`~.render.RENDERED_SHAPE`), so a forged record cannot add a container, a volume, an
+    exec probe or a secret reference to the service.
+
+    Example:
+        >>> foreign_fields('{"labels": {}, "annotations": {}, "spec": {"predictor": {}}}')
+        []
+        >>> foreign_fields('{"spec": {"predictor": {"containers": [{"image": "x"}]}}}')
+        ['spec.predictor.containers']
+    """
+    try:
+        data = json.loads(view)
+    except ValueError:
+        return ["(not JSON)"]
+    found: list[str] = []
+    _compare(data, RENDERED_SHAPE, "", found)
+    return found
+
+
+def _compare(value: object, shape: object, path: str, found: list[str]) -> None:
+    if shape is ANY:
+        return
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            found.append(path or "(the view)")
+            return
+        for key, item in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in shape:
+                _compare(item, shape[key], where, found)
+            else:
+                found.append(where)
+        return
+    assert isinstance(shape, list)
+    if not isinstance(value, list):
+        found.append(path)
+        return
+    for index, item in enumerate(value):
+        _compare(item, shape[0], f"{path}[{index}]", found)
+
+
 def _owner_uids(obj: KubeObject) -> list[object]:
     return [ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []]
 
 
 def _is_record(obj: KubeObject) -> bool:
     return bool((obj["metadata"].get("labels") or {}).get(LABEL_SERVING_RECORD) == "true")
+
+
+def forged(namespace: str, service: str, fields: list[str]) -> ServingError:
+    """The error of a record whose spec to restore holds ``fields`` the renderer never writes."""
+    shown = ", ".join(fields[:5]) + (f" and {len(fields) - 5} more" if len(fields) > 5 else "")
+    return ServingError(
+        f"the serving record {namespace}/{record_name(service)} holds a spec to restore with "
+        f"fields kubedl-prefect never writes ({shown}); it is not restored, and nothing was "
+        f"applied to InferenceService {namespace}/{service}",
+        hint="someone changed that ConfigMap: find out who; if it is harmless, delete it (the "
+        "next deployment starts a new record, with nothing to roll back to)",
+    )
 
 
 def _refused(namespace: str, service: str) -> ServingError:

@@ -53,6 +53,52 @@ ANNOTATION_JOB_UID: Final = "kubedl-prefect.io/training-job-uid"
 
 _LABEL_VALUE_BAD: Final = re.compile(r"[^A-Za-z0-9._-]+")
 
+ANY: Final = None
+"""In :data:`RENDERED_SHAPE`, a field whose value may be anything."""
+_MODEL_SHAPE: Final = {
+    "name": ANY,
+    "modelFormat": {"name": ANY, "version": ANY},
+    "protocolVersion": ANY,
+    "runtime": ANY,
+    "storageUri": ANY,
+    "readinessProbe": {
+        "httpGet": {"path": ANY, "port": ANY},
+        "periodSeconds": ANY,
+        "failureThreshold": ANY,
+    },
+    "resources": {"limits": ANY, "requests": ANY},
+    "env": [{"name": ANY, "value": ANY}],
+}
+RENDERED_SHAPE: Final = {
+    "labels": ANY,
+    "annotations": ANY,
+    "spec": {
+        "predictor": {
+            "model": _MODEL_SHAPE,
+            "labels": ANY,
+            "minReplicas": ANY,
+            "maxReplicas": ANY,
+            "serviceAccountName": ANY,
+            "nodeSelector": ANY,
+            "tolerations": ANY,
+            "canaryTrafficPercent": ANY,
+        },
+        "canary": [
+            {
+                "predictor": {"name": ANY, "model": _MODEL_SHAPE, "labels": ANY},
+                "trafficPercent": ANY,
+            }
+        ],
+    },
+}
+"""Every field :func:`render_inference_service` may write (labels, annotations and spec).
+
+A mapping names the keys a mapping may have, a one-item list the shape of every item of a list,
+:data:`ANY` a value that may be anything. What a rollback restores from a record that anyone with
+ConfigMap access could have written is checked against it (:mod:`.record`): no containers,
+volumes, images, exec probes or ``valueFrom`` that this renderer would not write.
+"""
+
 
 def label_value(text: str) -> str:
     """``text`` as a valid label value: other characters become ``-``; long ones are hashed.

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import doctest
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -19,13 +20,23 @@ import pytest
 import kubedl_prefect.serving.record as record_module
 from kubedl_prefect.errors import InferenceServiceNotReadyError, KubeDLPrefectError, ServingError
 from kubedl_prefect.kube.resources import CONFIG_MAPS, INFERENCE_SERVICES, KubeObject
-from kubedl_prefect.serving import Canary, InferenceServiceDeployer, InferenceServiceSpec
+from kubedl_prefect.serving import (
+    Canary,
+    DeploymentMode,
+    InferenceServiceDeployer,
+    InferenceServiceSpec,
+    ModelLink,
+    ServingResources,
+)
 from kubedl_prefect.serving.record import (
     LEGACY_ANNOTATION_APPLIED,
     LEGACY_ANNOTATION_PREVIOUS,
     ServingRecord,
+    foreign_fields,
     record_name,
 )
+from kubedl_prefect.serving.render import render_inference_service
+from kubedl_prefect.spec import Toleration
 from tests.support.fakeapi import FakeKubeAPI
 from tests.support.fakekserve import FakeKserve
 from tests.support.polling import until
@@ -243,3 +254,92 @@ async def test_restore_must_name_the_same_service(deployer: InferenceServiceDepl
     other = InferenceServiceSpec(name="other", storage_uri="s3://ml/v1/artifacts")
     with pytest.raises(KubeDLPrefectError, match="restore names 'other'"):
         await deployer.deploy(spec("v2"), timeout_s=10, restore=other)
+
+
+EVERY_FIELD = InferenceServiceSpec(
+    name="clf",
+    namespace=NAMESPACE,
+    storage_uri="s3://ml/v1/artifacts",
+    model_format="sklearn",
+    model_format_version="1",
+    runtime="kserve-mlserver",
+    service_account="serving",
+    resources=ServingResources(cpu="1", memory="2Gi", gpus=1),
+    min_replicas=1,
+    max_replicas=3,
+    canary=Canary(
+        "s3://ml/v2/artifacts", traffic_percent=20, link=ModelLink("clf", "2", NAMESPACE, "j", "u")
+    ),
+    env={"A": "b"},
+    node_selector={"pool": "gpu"},
+    tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),),
+    labels={"team": "ml"},
+    annotations={"note": "x"},
+    link=ModelLink("clf", "1", NAMESPACE, "j", "u"),
+)
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        EVERY_FIELD,
+        replace(
+            EVERY_FIELD,
+            canary=None,
+            canary_traffic_percent=10,
+            deployment_mode=DeploymentMode.KNATIVE,
+        ),
+    ],
+    ids=["standard-with-canary", "knative"],
+)
+def test_every_field_the_renderer_writes_may_be_restored(service: InferenceServiceSpec) -> None:
+    manifest = render_inference_service(service)
+    predictor = manifest["spec"]["predictor"]
+    written = set(predictor) | {f"model.{key}" for key in predictor["model"]}
+    assert {"serviceAccountName", "tolerations", "model.env", "model.resources"} <= written
+    assert "model.readinessProbe" in written or service.deployment_mode is DeploymentMode.KNATIVE
+    metadata = manifest["metadata"]
+    view = {"labels": metadata["labels"], "annotations": metadata["annotations"]}
+    assert foreign_fields(json.dumps({**view, "spec": manifest["spec"]})) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda p: p.update(containers=[{"name": "x", "image": "evil"}]), "containers"),
+        (lambda p: p.update(volumes=[{"name": "h", "hostPath": {"path": "/"}}]), "volumes"),
+        (lambda p: p["model"].update(image="evil"), "model.image"),
+        (
+            lambda p: p["model"].update(readinessProbe={"exec": {"command": ["sh"]}}),
+            "model.readinessProbe.exec",
+        ),
+        (
+            lambda p: p["model"].update(env=[{"name": "T", "valueFrom": {"secretKeyRef": {}}}]),
+            "model.env[0].valueFrom",
+        ),
+    ],
+    ids=["containers", "volumes", "image", "exec-probe", "secret-env"],
+)
+async def test_a_record_whose_spec_to_restore_was_changed_refuses_the_deployment(
+    fake_api: FakeKubeAPI,
+    deployer: InferenceServiceDeployer,
+    change: Callable[[dict[str, Any]], None],
+    field: str,
+) -> None:
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    await deployer.deploy(spec("v2"), timeout_s=10)
+    stored = record(fake_api)
+    assert stored is not None
+    view = json.loads(stored["data"]["previous"])
+    change(view["spec"]["predictor"])
+    forged = json.dumps(view)
+    fake_api.store.merge(CONFIG_MAPS, NAMESPACE, RECORD, {"data": {"previous": forged}})
+    before = live(fake_api)["metadata"]["resourceVersion"]
+
+    # A retry of v2 would restore the recorded previous spec if v2 failed: it is refused first.
+    with pytest.raises(ServingError) as caught:
+        await deployer.deploy(spec("v2"), timeout_s=10)
+
+    assert f"spec.predictor.{field}" in caught.value.message
+    assert "it is not restored, and nothing was applied" in caught.value.message
+    assert live(fake_api)["metadata"]["resourceVersion"] == before
