@@ -63,6 +63,7 @@ from kubedl_prefect.serving.record import (
     foreign_fields,
     forged,
     read_record,
+    rendered_fields,
     write_record,
 )
 from kubedl_prefect.serving.render import (
@@ -164,13 +165,18 @@ def previous_spec(
     Judged from the live ``current`` and its ``record``: a retry of the same deployment keeps
     what the first try recorded; a change over a service that is Ready records the current
     spec; over one that is not Ready (an earlier deployment that nobody rolled back), the spec
-    that served before it.
+    that served before it. Without a record, a Ready service restores itself as it is live.
     """
     if current is None:
         return None
-    if record.applied == _encode(_view(wanted)) or record.applied is None:
+    ready = readiness(current, []).state is ServingState.READY
+    if record.applied is None:
+        # No record (none written yet, none readable, or lost): what serves now is the service
+        # itself, with only the fields the renderer writes (not what KServe's defaulter added).
+        return _encode(rendered_fields(_view(current))) if ready else None
+    if record.applied == _encode(_view(wanted)):
         return record.previous
-    if readiness(current, []).state is ServingState.READY:
+    if ready:
         return record.applied
     return record.previous
 

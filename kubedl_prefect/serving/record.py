@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from kubedl_prefect.errors import (
     ConflictError,
@@ -119,6 +119,32 @@ def foreign_fields(view: str) -> list[str]:
     return found
 
 
+def rendered_fields(view: dict[str, Any]) -> dict[str, Any]:
+    """``view`` with only the fields the renderer writes (:data:`~.render.RENDERED_SHAPE`).
+
+    What a rollback restores when there is no record: the live service, less what others added
+    to it (KServe's defaulter, a status).
+
+    Example:
+        >>> rendered_fields({"spec": {"predictor": {"model": {"storageUri": "s3://b/m",
+        ...     "resources": {}, "args": ["x"]}, "timeout": 60}}, "status": {}})
+        {'spec': {'predictor': {'model': {'storageUri': 's3://b/m', 'resources': {}}}}}
+    """
+    projected = _project(view, RENDERED_SHAPE)
+    return projected if isinstance(projected, dict) else {}
+
+
+def _project(value: Any, shape: object) -> Any:
+    if shape is ANY:
+        return value
+    if isinstance(shape, dict):
+        if not isinstance(value, dict):
+            return {}
+        return {k: _project(v, shape[k]) for k, v in value.items() if k in shape}
+    assert isinstance(shape, list)
+    return [_project(item, shape[0]) for item in value] if isinstance(value, list) else []
+
+
 def _compare(value: object, shape: object, path: str, found: list[str]) -> None:
     if shape is ANY:
         return
@@ -172,7 +198,12 @@ def _refused(namespace: str, service: str) -> ServingError:
 
 
 async def read_record(client: KubeClient, namespace: str, service: str) -> KubeObject | None:
-    """The record ConfigMap of ``service``; ``None`` when there is none.
+    """The record ConfigMap of ``service``; ``None`` when there is none, or it may not be read.
+
+    Without ``get`` on ConfigMaps (a serving Role written before the record existed) the
+    deployment goes on with what the service's annotations of an earlier release say, and a
+    warning: its own rollback works from memory, only a rollback by another process would not
+    know what served before.
 
     Raises:
         ServingError: A ConfigMap of that name is not a serving record (it is left alone).
@@ -180,6 +211,16 @@ async def read_record(client: KubeClient, namespace: str, service: str) -> KubeO
     try:
         obj = await client.get(CONFIG_MAPS, namespace, record_name(service))
     except NotFoundError:
+        return None
+    except ForbiddenError as exc:
+        logger.warning(
+            "cannot read the serving record %s/%s (%s): a rollback from another process will "
+            "not know what served before. Grant configmaps get/create/patch "
+            "(docs/serving.md, Permissions).",
+            namespace,
+            record_name(service),
+            exc.message,
+        )
         return None
     if not _is_record(obj):
         raise _refused(namespace, service)
@@ -258,7 +299,7 @@ async def write_record(client: KubeClient, owner: KubeObject, record: ServingRec
     except ForbiddenError as exc:
         logger.warning(
             "cannot write the serving record %s/%s (%s): a rollback from another process will "
-            "not know what served before. Grant configmaps get/create/patch/delete "
+            "not know what served before. Grant configmaps get/create/patch "
             "(docs/serving.md, Permissions).",
             namespace,
             name,

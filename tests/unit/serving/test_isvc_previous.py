@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -62,5 +63,21 @@ def test_over_a_failed_service_the_last_good_spec_is_kept() -> None:
     assert previous_spec(live(ready=False), recorded(V2, view(V1)), v3) == view(V1)
 
 
-def test_a_service_without_a_record_has_nothing_to_restore() -> None:
-    assert previous_spec(live(ready=True), ServingRecord(None, None), V2) is None
+def test_a_ready_service_without_a_record_restores_itself_as_it_is_live() -> None:
+    current = {
+        **live(ready=True),
+        **copy.deepcopy({"spec": V1["spec"], "metadata": V1["metadata"]}),
+    }
+    current["metadata"]["uid"] = "u"
+    current["spec"]["predictor"]["model"]["resources"] = {}  # as KServe's defaulter writes it
+    current["spec"]["predictor"]["timeout"] = 60  # a field the renderer never writes
+    restored = previous_spec(current, ServingRecord(None, None), V2)
+    assert restored is not None
+    view = json.loads(restored)
+    assert view["spec"]["predictor"]["model"]["storageUri"] == "s3://b/1"
+    assert "timeout" not in view["spec"]["predictor"]
+    assert view["labels"] == V1["metadata"]["labels"]
+
+
+def test_a_failed_service_without_a_record_has_nothing_to_restore() -> None:
+    assert previous_spec(live(ready=False), ServingRecord(None, None), V2) is None

@@ -343,3 +343,25 @@ async def test_a_record_whose_spec_to_restore_was_changed_refuses_the_deployment
     assert f"spec.predictor.{field}" in caught.value.message
     assert "it is not restored, and nothing was applied" in caught.value.message
     assert live(fake_api)["metadata"]["resourceVersion"] == before
+
+
+async def test_without_rbac_for_configmaps_a_deployment_still_rolls_back_from_memory(
+    fake_api: FakeKubeAPI, deployer: InferenceServiceDeployer, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A serving Role written before the record existed: no ConfigMaps at all.
+    fake_api.fail_next("*", "/api/v1/namespaces/ml/configmaps", 403, "Forbidden", times=None)
+    await deployer.deploy(spec("v1"), timeout_s=10)
+    with pytest.raises(InferenceServiceNotReadyError) as caught:
+        await deployer.deploy(spec("broken"), timeout_s=10, rollback_timeout_s=10)
+
+    assert "the previous spec was restored and is Ready again" in caught.value.message
+    assert live(fake_api)["spec"]["predictor"]["model"]["storageUri"] == "s3://ml/v1/artifacts"
+    warnings = [r.getMessage() for r in caught_warnings(caplog)]
+    assert any("cannot read the serving record ml/clf-serving-record" in w for w in warnings)
+    assert any("cannot write the serving record ml/clf-serving-record" in w for w in warnings)
+    fake_api.clear_failures()
+    assert record(fake_api) is None
+
+
+def caught_warnings(caplog: pytest.LogCaptureFixture) -> list[Any]:
+    return [r for r in caplog.records if r.name == "kubedl_prefect.serving.record"]
