@@ -265,7 +265,9 @@ class InferenceServiceDeployer:
         Raises:
             InferenceServiceSpecError: ``service`` is invalid (nothing was applied).
             ServingError: A service of that name exists and is not managed by kubedl-prefect,
-                or the service was deleted while being waited on.
+                its record's name is taken by another ConfigMap, the spec its record would
+                restore has fields the renderer never writes (nothing was applied in these
+                three cases), or the service was deleted while being waited on.
             InferenceServiceNotReadyError: It failed or timed out, and was rolled back.
             KubeAPIError: The API server refused the apply (RBAC, schema).
         """
