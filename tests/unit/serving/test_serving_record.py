@@ -25,8 +25,6 @@ from kubedl_prefect.serving import (
     DeploymentMode,
     InferenceServiceDeployer,
     InferenceServiceSpec,
-    ModelLink,
-    ServingResources,
 )
 from kubedl_prefect.serving.record import (
     LEGACY_ANNOTATION_APPLIED,
@@ -40,6 +38,7 @@ from kubedl_prefect.spec import Toleration
 from tests.support.fakeapi import FakeKubeAPI
 from tests.support.fakekserve import FakeKserve
 from tests.support.polling import until
+from tests.unit.serving.test_isvc_render import FULL, LINK
 
 NAMESPACE = "ml"
 RECORD = record_name("clf")
@@ -256,26 +255,13 @@ async def test_restore_must_name_the_same_service(deployer: InferenceServiceDepl
         await deployer.deploy(spec("v2"), timeout_s=10, restore=other)
 
 
-EVERY_FIELD = InferenceServiceSpec(
-    name="clf",
-    namespace=NAMESPACE,
-    storage_uri="s3://ml/v1/artifacts",
+EVERY_FIELD = replace(
+    FULL,  # the render tests' spec with every setting, plus what it leaves out
     model_format="sklearn",
     model_format_version="1",
-    runtime="kserve-mlserver",
-    service_account="serving",
-    resources=ServingResources(cpu="1", memory="2Gi", gpus=1),
-    min_replicas=1,
-    max_replicas=3,
-    canary=Canary(
-        "s3://ml/v2/artifacts", traffic_percent=20, link=ModelLink("clf", "2", NAMESPACE, "j", "u")
-    ),
-    env={"A": "b"},
+    canary=Canary("s3://ml/v2/artifacts", traffic_percent=20, link=LINK),
     node_selector={"pool": "gpu"},
     tolerations=(Toleration(key="gpu", operator="Exists", effect="NoSchedule"),),
-    labels={"team": "ml"},
-    annotations={"note": "x"},
-    link=ModelLink("clf", "1", NAMESPACE, "j", "u"),
 )
 
 
