@@ -27,6 +27,7 @@ from kubedl_prefect.kube.resources import (
     LEASES,
     NAMESPACES,
     NODES,
+    PODS,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
@@ -309,6 +310,64 @@ async def release_node_leases(kube: KubeClient) -> list[str]:
     except KubeAPIError as exc:
         raise TestbedError(f"could not release the nodes' Leases: {exc.message}") from exc
     return names
+
+
+RESYNC_ANNOTATION = "testbed.kubedl-prefect.io/kwok-resync"
+"""The annotation :func:`resync_kwok_pods` writes on the pods of the simulated nodes."""
+
+
+async def resync_kwok_pods(
+    kube: KubeClient, nodes: Sequence[str], *, timeout_s: float = 30.0
+) -> int:
+    """After kwok restarted: wait until it holds its nodes' Leases, then touch their pods.
+
+    kwok (v0.8) plays a node's pods once it takes the node's Lease, but judges whether it holds
+    the Lease from its informer's cache, which may not have the Lease it has just created yet:
+    those pods are then skipped as another kwok's, and stay as they are (a Running pod never
+    ends) until they change. An annotation written on each of them once the Leases are held
+    makes kwok see them again; returns how many pods were touched.
+
+    Raises:
+        TestbedError: kwok did not hold every Lease within ``timeout_s``, or a pod could not
+            be listed or written.
+    """
+
+    async def held() -> bool:
+        for name in nodes:
+            try:
+                lease = await kube.get(LEASES, "kube-node-lease", name)
+            except NotFoundError:
+                return False
+            if not (lease.get("spec") or {}).get("holderIdentity"):
+                return False
+        return True
+
+    await _until(f"kwok to hold the Leases of {', '.join(nodes)}", held, timeout_s=timeout_s)
+    await asyncio.sleep(1.0)  # and its informer to have seen them
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    touched = 0
+    try:
+        for name in nodes:
+            listed = await kube.list(PODS, None, field_selector=f"spec.nodeName={name}")
+            for pod in listed.items:
+                metadata = pod["metadata"]
+                if metadata.get("deletionTimestamp"):
+                    continue
+                try:
+                    await kube.patch(
+                        PODS,
+                        metadata["namespace"],
+                        metadata["name"],
+                        {"metadata": {"annotations": {RESYNC_ANNOTATION: stamp}}},
+                    )
+                    touched += 1
+                except NotFoundError:
+                    continue  # deleted meanwhile
+    except KubeAPIError as exc:
+        raise TestbedError(
+            f"could not touch the pods of the restarted kwok: {exc.message}"
+        ) from exc
+    return touched
 
 
 async def wait_default_service_account(

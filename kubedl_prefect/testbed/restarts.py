@@ -126,11 +126,15 @@ def _relaunch(
     timeout: float,
 ) -> None:
     """Start the binary of ``record`` (stopped) again as ``component``; wait until healthy."""
+    nodes: list[str] = []
     if component == KWOK:
         # As a restarted kubelet would, take the nodes over at once (see release_node_leases).
         try:
-            cluster.call(layout, cluster.release_node_leases)
+            nodes = cluster.call(layout, cluster.release_node_leases)
         except TestbedError as exc:  # the API server is down: kwok will wait
             logger.warning("kwok may wait 40 s for its nodes' leases: %s", exc)
     path = binary_of(component, record, binaries)
     start_component(layout, component, {component.binary: path}, timeout=timeout)
+    if nodes:
+        touched = cluster.call(layout, cluster.resync_kwok_pods, nodes, timeout_s=timeout)
+        logger.info("kwok holds its nodes again; %d pods shown to it again", touched)
