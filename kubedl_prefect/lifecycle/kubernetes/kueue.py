@@ -816,7 +816,9 @@ def cohort_borrowing(workload: KubeObject, cluster_queue: KubeObject | None) -> 
     ClusterQueue's ``status.flavorsUsage`` says how much of each flavor's resource is in use
     (``total``) and how much of that is borrowed from its cohort (``borrowed``, above its
     ``nominalQuota``). The job borrows where it holds a resource of a flavor that its
-    ClusterQueue borrows: at most what it holds there, at most what the queue borrows.
+    ClusterQueue borrows: at most what it holds there, at most what the queue borrows; and at
+    least what it alone holds above the queue's nominal quota, which the queue's usage (written
+    by Kueue a moment after the admission) may not show yet.
 
     ``None`` when the Workload holds no quota (neither reserved nor admitted), the ClusterQueue
     is not the one that admitted it (or was not read), it is in no cohort, or it borrows nothing
@@ -851,19 +853,27 @@ def cohort_borrowing(workload: KubeObject, cluster_queue: KubeObject | None) -> 
         return None
     held = _workload_usage(admission)
     nominal = _nominal(cluster_queue)
-    parts: list[str] = []
+    usage: dict[tuple[str, str], KubeObject] = {}
     for flavor in (cluster_queue.get("status") or {}).get("flavorsUsage") or []:
         for resource in flavor.get("resources") or []:
-            key = (str(flavor.get("name")), str(resource.get("name")))
-            borrowed = _quantity(resource.get("borrowed"))
-            mine = held.get(key, Decimal(0))
-            if borrowed <= 0 or mine <= 0:
-                continue
-            amount = format(min(borrowed, mine).normalize(), "f")
-            parts.append(
-                f"{amount} {key[1]} in flavor {key[0]} (ClusterQueue {name}: nominal quota "
-                f"{nominal.get(key, '0')}, {_number(str(resource.get('total') or '0'))} in use)"
-            )
+            usage[(str(flavor.get("name")), str(resource.get("name")))] = resource
+    parts: list[str] = []
+    for key, mine in held.items():
+        if mine <= 0 or key not in nominal:
+            continue
+        written = usage.get(key) or {}
+        # Kueue writes the queue's usage a moment after the admission: what the job alone
+        # holds above the queue's nominal quota is borrowed whatever the usage says yet.
+        above = mine - _quantity(nominal[key])
+        borrowed = max(min(_quantity(written.get("borrowed")), mine), above)
+        if borrowed <= 0:
+            continue
+        total = str(written.get("total") or "0")
+        in_use = _number(total) if _quantity(total) >= mine else format(mine.normalize(), "f")
+        parts.append(
+            f"{format(borrowed.normalize(), 'f')} {key[1]} in flavor {key[0]} (ClusterQueue "
+            f"{name}: nominal quota {nominal[key]}, {in_use} in use)"
+        )
     if not parts:
         return None
     return f"admitted on quota borrowed from cohort {cohort}: {'; '.join(parts)}"
