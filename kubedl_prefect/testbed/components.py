@@ -22,6 +22,31 @@ LOOPBACK = "127.0.0.1"
 DEFAULT_PORT_BASE = 28400
 
 
+#: Where Linux says which ports it gives to outgoing connections.
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_port_range(path: Path | None = None) -> tuple[int, int] | None:
+    """This machine's ephemeral port range (low, high), or None where the kernel does not say.
+
+    Args:
+        path: The file to read; :data:`EPHEMERAL_RANGE_FILE` when None.
+    """
+    try:
+        text = (EPHEMERAL_RANGE_FILE if path is None else path).read_text()
+        low, high = (int(word) for word in text.split())
+    except (OSError, ValueError):
+        return None
+    return low, high
+
+
+def _suggested_base(low: int, high: int) -> int:
+    """A base whose hundred ports sit outside ``low``-``high``: the default, or just past it."""
+    if low > DEFAULT_PORT_BASE + 99 or high < DEFAULT_PORT_BASE:
+        return DEFAULT_PORT_BASE + 100
+    return high + 1 if high + 100 <= 65535 else max(1024, low - 100)
+
+
 @dataclass(frozen=True)
 class Ports:
     """Ports of one test bed, all on 127.0.0.1, at fixed offsets from ``base``.
@@ -42,6 +67,39 @@ class Ports:
         """Ports from ``$KUBEDL_PREFECT_TESTBED_PORT_BASE``, else from :data:`DEFAULT_PORT_BASE`."""
         raw = os.environ.get("KUBEDL_PREFECT_TESTBED_PORT_BASE")
         return cls(int(raw)) if raw else cls()
+
+    @property
+    def last(self) -> int:
+        """The last port a component may take (``base + 99``)."""
+        return self.base + 99
+
+    def ephemeral_clash(self, ephemeral: tuple[int, int] | None) -> str | None:
+        """Why these ports can be taken by outgoing connections, or None when they cannot.
+
+        Linux hands ports of its ephemeral range to outgoing connections; a component that starts
+        while one of them holds its port cannot listen and exits during start-up.
+
+        Args:
+            ephemeral: The machine's ephemeral range, low and high, as
+                :func:`ephemeral_port_range` reads it; None where it is not known.
+
+        Example:
+            >>> print(Ports(34400).ephemeral_clash((32768, 60999)))  # doctest: +ELLIPSIS
+            ports 34400-34499 lie in ... (32768-60999): ...; take a base such as 28500
+            >>> Ports(28400).ephemeral_clash((32768, 60999)) is None
+            True
+        """
+        if ephemeral is None:
+            return None
+        low, high = ephemeral
+        if self.last < low or self.base > high:
+            return None
+        return (
+            f"ports {self.base}-{self.last} lie in this machine's ephemeral port range "
+            f"({low}-{high}): an outgoing connection can hold one of them and the component "
+            f"listening on it then fails to start; take a base such as "
+            f"{_suggested_base(low, high)}"
+        )
 
     def offset(self, n: int) -> int:
         """The port ``base + n`` (0 <= n < 100)."""

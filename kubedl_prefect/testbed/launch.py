@@ -17,7 +17,13 @@ from pathlib import Path
 
 from kubedl_prefect.errors import TestbedError
 from kubedl_prefect.testbed import process
-from kubedl_prefect.testbed.components import Component, ComponentContext, HealthCheck, Layout
+from kubedl_prefect.testbed.components import (
+    Component,
+    ComponentContext,
+    HealthCheck,
+    Layout,
+    ephemeral_port_range,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +100,8 @@ def start_component(
         if not process.is_alive(record):
             raise TestbedError(
                 f"{component.name} exited during start-up; last lines of {log_file}:\n"
-                f"{process.log_tail(log_file)}"
+                f"{process.log_tail(log_file)}",
+                hint=layout.ports.ephemeral_clash(ephemeral_port_range()),
             )
         if check is None or probe(check, layout):
             elapsed = time.monotonic() - started

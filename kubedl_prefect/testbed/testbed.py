@@ -54,6 +54,7 @@ from kubedl_prefect.testbed.components import (
     Identity,
     Layout,
     Ports,
+    ephemeral_port_range,
 )
 from kubedl_prefect.testbed.controlplane import (
     ADMIN,
@@ -315,6 +316,9 @@ class Testbed:
                 logger.warning("test bed %s is partly running: restarting it", self.name)
             self._stop_all()
             binaries = self.build()
+            clash = self.layout.ports.ephemeral_clash(ephemeral_port_range())
+            if clash:
+                logger.warning("test bed %s: %s", self.name, clash)
             started = time.monotonic()
             self._prepare()
             self._write_state()  # its ports, for status, down and restart by name meanwhile

@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 
 from kubedl_prefect.errors import TestbedError
-from kubedl_prefect.testbed import process
-from kubedl_prefect.testbed.components import Component, HealthCheck, Layout, Ports
+from kubedl_prefect.testbed import components, process
+from kubedl_prefect.testbed.components import (
+    Component,
+    HealthCheck,
+    Layout,
+    Ports,
+    ephemeral_port_range,
+)
 from kubedl_prefect.testbed.launch import probe, start_component
 
 SH = shutil.which("sh") or "/bin/sh"
@@ -93,3 +99,52 @@ def test_a_component_needs_a_known_binary(cache: Path) -> None:
 def test_probe_is_false_when_nothing_listens(cache: Path) -> None:
     layout = Layout("launch", Ports(29800))
     assert not probe(HealthCheck(f"http://127.0.0.1:{_free_port()}/healthz"), layout)
+
+
+def test_ports_in_the_ephemeral_range_are_named_with_a_base_that_is_not(cache: Path) -> None:
+    linux = (32768, 60999)
+    clash = Ports(34400).ephemeral_clash(linux)
+    assert clash is not None
+    assert "ports 34400-34499" in clash
+    assert "(32768-60999)" in clash
+    assert clash.endswith("take a base such as 28500")
+    assert Ports(32700).ephemeral_clash(linux) is not None  # its last ports reach into it
+    assert Ports(28400).ephemeral_clash(linux) is None
+    assert Ports(61000).ephemeral_clash(linux) is None
+    assert Ports(34400).ephemeral_clash(None) is None  # not Linux: nothing to say
+    # A machine whose range covers the default base is told a base past its range.
+    wide = Ports(28400).ephemeral_clash((10000, 60999))
+    assert wide is not None
+    assert wide.endswith("take a base such as 61000")
+
+
+def test_the_ephemeral_range_is_read_from_the_kernel_file(tmp_path: Path) -> None:
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    assert ephemeral_port_range(ranges) == (32768, 60999)
+    ranges.write_text("garbled\n")
+    assert ephemeral_port_range(ranges) is None
+    assert ephemeral_port_range(tmp_path / "missing") is None
+
+
+def test_a_component_that_exits_on_a_port_of_the_ephemeral_range_says_so(
+    cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The failure this explains: a base in 32768-60999, where an outgoing connection had taken
+    # the port an operator's webhook server was to listen on, and the operator exited.
+    ranges = tmp_path / "ip_local_port_range"
+    ranges.write_text("32768\t60999\n")
+    monkeypatch.setattr(components, "EPHEMERAL_RANGE_FILE", ranges)
+    script = _script(tmp_path / "crasher", "echo 'bind: address already in use' >&2\nexit 1")
+    component = _component("crasher", _free_port())
+    with pytest.raises(TestbedError, match="crasher exited during start-up") as caught:
+        start_component(
+            Layout("launch", Ports(34400)), component, {component.binary: script}, timeout=30
+        )
+    assert caught.value.hint is not None
+    assert "ephemeral port range (32768-60999)" in caught.value.hint
+    with pytest.raises(TestbedError) as below:
+        start_component(
+            Layout("launch", Ports(29800)), component, {component.binary: script}, timeout=30
+        )
+    assert below.value.hint is None
