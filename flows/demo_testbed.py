@@ -313,17 +313,27 @@ def run_chain(
 
 
 def serve_champion() -> str:
-    """Apply the champion's InferenceService (the candidate was kept out); its version's URI."""
+    """Apply the champion's InferenceService (the candidate was kept out); its version's URI.
+
+    The deploy runs in a flow run of its own (``serve-champion``), so that it shows in the Prefect
+    UI beside the chain's and its task logs reach the API.
+    """
+    from prefect import flow
+
     from kubedl_prefect.prefect import KServeServing, MlflowRegistry, deploy_inference_service
 
-    registry = MlflowRegistry.load(BLOCK)
-    serving = KServeServing.load(BLOCK)
-    assert isinstance(registry, MlflowRegistry)
-    assert isinstance(serving, KServeServing)
-    champion = registry.registry().resolve(f"models:/{demo.MODEL_NAME}@champion")
-    service = serving.service(demo.SERVICE_NAME, champion.storage_uri)
-    deploy_inference_service(service, serving)
-    return f"models:/{demo.MODEL_NAME}/{champion.version}"
+    @flow(name="serve-champion")
+    def serve() -> str:
+        registry = MlflowRegistry.load(BLOCK)
+        serving = KServeServing.load(BLOCK)
+        assert isinstance(registry, MlflowRegistry)
+        assert isinstance(serving, KServeServing)
+        champion = registry.registry().resolve(f"models:/{demo.MODEL_NAME}@champion")
+        service = serving.service(demo.SERVICE_NAME, champion.storage_uri)
+        deploy_inference_service(service, serving)
+        return f"models:/{demo.MODEL_NAME}/{champion.version}"
+
+    return serve()
 
 
 class ServingMissing(Exception):
