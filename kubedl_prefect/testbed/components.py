@@ -42,7 +42,7 @@ def ephemeral_port_range(path: Path | None = None) -> tuple[int, int] | None:
 
 def _suggested_base(low: int, high: int) -> int:
     """A base whose hundred ports sit outside ``low``-``high``: the default, or just past it."""
-    if low > DEFAULT_PORT_BASE + 99 or high < DEFAULT_PORT_BASE:
+    if not Ports().reaches_into(low, high):
         return DEFAULT_PORT_BASE + 100
     return high + 1 if high + 100 <= 65535 else max(1024, low - 100)
 
@@ -71,7 +71,11 @@ class Ports:
     @property
     def last(self) -> int:
         """The last port a component may take (``base + 99``)."""
-        return self.base + 99
+        return self.offset(99)
+
+    def reaches_into(self, low: int, high: int) -> bool:
+        """Whether any of these ports lies in ``low``-``high`` (both included)."""
+        return self.base <= high and self.last >= low
 
     def ephemeral_clash(self, ephemeral: tuple[int, int] | None) -> str | None:
         """Why these ports can be taken by outgoing connections, or None when they cannot.
@@ -92,7 +96,7 @@ class Ports:
         if ephemeral is None:
             return None
         low, high = ephemeral
-        if self.last < low or self.base > high:
+        if not self.reaches_into(low, high):
             return None
         return (
             f"ports {self.base}-{self.last} lie in this machine's ephemeral port range "

@@ -130,8 +130,8 @@ def test_the_ephemeral_range_is_read_from_the_kernel_file(tmp_path: Path) -> Non
 def test_a_component_that_exits_on_a_port_of_the_ephemeral_range_says_so(
     cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The failure this explains: a base in 32768-60999, where an outgoing connection had taken
-    # the port an operator's webhook server was to listen on, and the operator exited.
+    # The failure this names: on a base in 32768-60999 an operator exited as its webhook server
+    # started, most likely because an outgoing connection held the port it was to listen on.
     ranges = tmp_path / "ip_local_port_range"
     ranges.write_text("32768\t60999\n")
     monkeypatch.setattr(components, "EPHEMERAL_RANGE_FILE", ranges)
